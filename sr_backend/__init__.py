@@ -1,0 +1,1 @@
+"""Triton-side code: the shared ONNX Runtime runner that Python-backend models reuse."""
