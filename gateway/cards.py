@@ -1,0 +1,106 @@
+"""Model cards (`card.yaml`): what a model is, which surfaces it serves, its limits and its golden answer.
+
+A model author drops a directory with a card into the repository and it is served with no code change; the card
+is validated here so a typo fails at load with a reason instead of at the first request.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Surface = Literal["embeddings", "classify", "rerank", "decisions"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Limits(_Strict):
+    max_input_tokens: int = Field(gt=1)
+    max_inputs: int = Field(default=2048, ge=1)
+
+
+class EmbeddingSpec(_Strict):
+    dimensions: list[int]
+    layers: list[int]
+    pooling: Literal["mean", "cls", "last_token"]
+    normalized: bool
+    modalities: list[str] = ["text"]
+    input_types: list[str] = []
+
+
+class Golden(_Strict):
+    surface: Surface
+    tolerance: float = Field(default=1e-3, gt=0)
+    request: dict[str, Any]
+    expected: dict[str, Any]
+
+
+class Card(BaseModel):
+    """The served part of a card; build-only sections (`build`, `artifacts`) are kept but not interpreted here."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    version: int = 1
+    family: str
+    owned_by: str = "sr-gateway"
+    repo: str | None = None
+    revision: str | None = None
+    licence: str | None = None
+    attribution: str | None = None
+    surfaces: list[Surface]
+    dtype: str = "fp32"
+    numerics: Literal["exact", "approximate"] = "approximate"
+    tokenizer: str = "tokenizer.json"
+    limits: Limits
+    embedding: EmbeddingSpec | None = None
+    golden: Golden | None = None
+    build: dict[str, Any] | None = None
+    artifacts: dict[str, dict[str, str]] | None = None
+    triton_model: str | None = None  # defaults to the directory name
+
+    directory: Path = Field(default=Path("."), exclude=True)
+
+    @property
+    def triton_name(self) -> str:
+        return self.triton_model or self.directory.name
+
+    @property
+    def version_dir(self) -> Path:
+        return self.directory / str(self.version)
+
+    @property
+    def model_sha256(self) -> str:
+        return ((self.artifacts or {}).get("model.onnx") or {}).get("sha256", "")
+
+
+class CardError(ValueError):
+    pass
+
+
+def load_card(path: Path) -> Card:
+    try:
+        raw = yaml.safe_load(path.read_text())
+        card = Card.model_validate({**raw, "directory": path.parent})
+    except (OSError, yaml.YAMLError, ValidationError, TypeError) as exc:
+        raise CardError(f"{path}: {exc}") from exc
+    if "embeddings" in card.surfaces and card.embedding is None:
+        raise CardError(f"{path}: serves embeddings but has no `embedding` section")
+    return card
+
+
+def discover(repository: Path, only: list[str] | None = None) -> list[Card]:
+    """Every card in the repository (or the named ones), in directory order."""
+    cards = [load_card(p) for p in sorted(repository.glob("*/card.yaml"))]
+    if only:
+        known = {c.id for c in cards}
+        missing = [m for m in only if m not in known]
+        if missing:
+            raise CardError(f"no card for {missing} in {repository} (found {sorted(known)})")
+        cards = [c for c in cards if c.id in only]
+    return cards

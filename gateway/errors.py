@@ -1,0 +1,52 @@
+"""Error codes and the one place that maps them to HTTP statuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Request-level codes (the whole request fails) → HTTP status.
+STATUS: dict[str, int] = {
+    "invalid_request": 400,
+    "model_not_found": 404,
+    "request_too_large": 413,
+    "unsupported_media_type": 415,
+    "unsupported_surface": 422,
+    "overloaded": 429,
+    "internal_error": 500,
+    "not_ready": 503,
+}
+
+# Item-level codes: one input fails inside a 200 answer, its siblings are answered.
+ITEM_ERRORS = frozenset({
+    "invalid_input", "max_length_exceeded", "scan_budget_exceeded", "invalid_model_output",
+    "deadline_exceeded", "unavailable",
+})
+
+RETRY_AFTER = {"overloaded": "1", "not_ready": "5"}
+
+
+class ApiError(Exception):
+    """A request-level failure; rendered as {"error": {"code", "message"}} with the mapped status."""
+
+    def __init__(self, code: str, message: str, *, status: int | None = None) -> None:
+        """`status` overrides the code's status only for routing errors (unknown path 404, method 405)."""
+        if code not in STATUS:
+            raise ValueError(f"unknown error code {code}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status or STATUS[code]
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+class ItemError(Exception):
+    """One input failed; its siblings are still answered."""
+
+    def __init__(self, code: str, message: str) -> None:
+        if code not in ITEM_ERRORS:
+            raise ValueError(f"unknown item error code {code}")
+        super().__init__(message)
+        self.code = code
+        self.message = message

@@ -1,0 +1,47 @@
+"""Prometheus metrics (own registry, so tests and several apps in one process never collide)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from .timing import PHASES, Timing
+
+_LATENCY = tuple(0.001 * 2**i for i in range(13))  # 1 ms … 4.1 s
+_ROWS = tuple(2**i for i in range(9))  # 1 … 256
+_TOKENS = tuple(64 * 2**i for i in range(13))  # 64 … 262,144
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("sr_gateway_requests_total", "HTTP requests by endpoint and status",
+                                ["endpoint", "status"], registry=r)
+        self.request_seconds = Histogram("sr_gateway_request_duration_seconds", "Handler time (Server-Timing total)",
+                                         ["endpoint"], buckets=_LATENCY, registry=r)
+        self.phase_seconds = Histogram("sr_gateway_phase_duration_seconds", "Server-Timing phases",
+                                       ["endpoint", "phase"], buckets=_LATENCY, registry=r)
+        self.inputs = Counter("sr_gateway_inputs_total", "Inputs by model and outcome (ok or item error code)",
+                              ["model", "outcome"], registry=r)
+        self.input_tokens = Counter("sr_gateway_input_tokens_total", "Tokens sent to models", ["model"], registry=r)
+        self.batch_rows = Histogram("sr_gateway_batch_rows", "Rows per Triton execute() (seen by the gateway)",
+                                    ["model"], buckets=_ROWS, registry=r)
+        self.batch_tokens = Histogram("sr_gateway_batch_tokens", "Real tokens per Triton execute()",
+                                      ["model"], buckets=_TOKENS, registry=r)
+        self.queue_depth = Gauge("sr_gateway_queue_depth", "Inputs submitted to Triton and not yet answered",
+                                 ["model"], registry=r)
+        self.ready = Gauge("sr_gateway_ready", "1 when every model is ready", registry=r)
+        self.model_ready = Gauge("sr_gateway_model_ready", "1 when the model is ready", ["model"], registry=r)
+        self.model_info = Gauge("sr_gateway_model_info", "Served model identity (value 1)",
+                                ["model", "revision", "family", "engine", "device", "numerics"], registry=r)
+
+    def observe_request(self, endpoint: str, status: int, timing: Timing) -> None:
+        self.requests.labels(endpoint, str(status)).inc()
+        if timing.total_ms is not None:
+            self.request_seconds.labels(endpoint).observe(timing.total_ms / 1000.0)
+        for phase in PHASES:
+            self.phase_seconds.labels(endpoint, phase).observe(timing.ms[phase] / 1000.0)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,90 @@
+"""Build every model directory whose card has a `build` section; skip what the cache proves up to date.
+
+Cache key: the source files' sha256, the recipe and the exporter versions. The result, its sha256 and the export
+check are written to `<model>/1/build.json` (generated, not committed); the card records the expected sha256.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .sources import SourceError, package_dir, sha256_file, verify_files
+
+BUILD_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    model: str
+    action: str  # "built" | "cached"
+    onnx_sha256: str
+    note: str = ""
+
+
+def _exporter_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str] = {}
+    for dist in ("torch", "transformers", "onnx", "onnxscript"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "missing"
+    return out
+
+
+def build_model(model_dir: Path, *, force: bool = False, strict: bool = False) -> BuildResult | None:
+    card_path = model_dir / "card.yaml"
+    card = yaml.safe_load(card_path.read_text())
+    spec: dict[str, Any] | None = card.get("build")
+    if not spec:
+        return None
+    version_dir = model_dir / str(card.get("version", 1))
+    version_dir.mkdir(exist_ok=True)
+    source = spec["source"]
+    src_root = package_dir(source["package"], source.get("dir", ""))
+    digests = verify_files(src_root, spec.get("files", {}))
+    key = {"format": BUILD_FORMAT, "recipe": spec["recipe"], "files": digests, "exporter": _exporter_versions()}
+    stamp = version_dir / "build.json"
+    onnx_path = version_dir / "model.onnx"
+    if not force and stamp.is_file() and onnx_path.is_file():
+        recorded = json.loads(stamp.read_text())
+        if recorded.get("key") == key and recorded.get("onnx_sha256") == sha256_file(onnx_path):
+            return BuildResult(card["id"], "cached", recorded["onnx_sha256"])
+
+    from .export import export_onnx
+
+    report = export_onnx(spec["recipe"], src_root, onnx_path, vocab=int(spec.get("vocab_size", 30522)),
+                         opset=int(spec.get("opset", 18)))
+    for name in spec.get("copy", []):
+        shutil.copyfile(src_root / name, version_dir / Path(name).name)
+    digest = sha256_file(onnx_path)
+    expected = (card.get("artifacts") or {}).get("model.onnx", {}).get("sha256")
+    note = ""
+    if expected and expected != digest:
+        note = f"model.onnx sha256 {digest} differs from the card's {expected} (different exporter versions?)"
+        if strict:
+            raise SourceError(note)
+    stamp.write_text(json.dumps({
+        "key": key, "onnx_sha256": digest,
+        "export_check": {"max_abs_diff": report.max_abs_diff, "rows": report.checked_rows, "opset": report.opset},
+    }, indent=2))
+    return BuildResult(card["id"], "built", digest, note)
+
+
+def build_repository(repo: Path, *, force: bool = False, strict: bool = False) -> list[BuildResult]:
+    results = []
+    for model_dir in sorted(p.parent for p in repo.glob("*/card.yaml")):
+        result = build_model(model_dir, force=force, strict=strict)
+        if result is not None:
+            results.append(result)
+            print(f"{result.model}: {result.action} model.onnx sha256={result.onnx_sha256}"
+                  + (f" NOTE: {result.note}" if result.note else ""), file=sys.stderr)
+    return results

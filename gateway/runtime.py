@@ -1,0 +1,138 @@
+"""The served models of this process: their cards, tokenizers, readiness and admission.
+
+Statuses move starting → loading → warming → ready, or to failed with a reason; /health and every surface read
+them from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from .cards import Card
+from .errors import ApiError
+from .metrics import Metrics
+from .settings import Settings
+from .triton import Triton
+
+STATUSES = ("starting", "loading", "warming", "ready", "degraded", "failed")
+_EARLY = ("starting", "loading", "warming")
+
+ENGINE = "triton/onnxruntime"
+DEVICE = "cpu"
+
+
+@dataclass
+class ServedModel:
+    card: Card
+    status: str = "starting"
+    reason: str | None = None
+    tokenizer: Tokenizer | None = None
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    golden: dict[str, Any] = field(default_factory=lambda: {"status": "pending", "checked": 0, "matched": 0,
+                                                            "reference": "cpu"})
+    inflight: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.card.id
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+    def load_tokenizer(self) -> Tokenizer:
+        """The card's tokenizer with any padding/truncation baked into tokenizer.json switched off:
+        budgets are the gateway's job, and must be visible in usage."""
+        tokenizer = Tokenizer.from_file(str(self.card.version_dir / self.card.tokenizer))
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        self.tokenizer = tokenizer
+        return tokenizer
+
+
+class Runtime:
+    def __init__(self, settings: Settings, cards: list[Card], metrics: Metrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.models: dict[str, ServedModel] = {c.id: ServedModel(c) for c in cards}
+        self.triton: Triton | None = None
+        self.draining = False
+        for model in self.models.values():
+            self.set_status(model, "starting")
+
+    # -- status -----------------------------------------------------------------------------------------------
+    def set_status(self, model: ServedModel, status: str, reason: str | None = None) -> None:
+        assert status in STATUSES
+        model.status, model.reason = status, reason
+        self.metrics.model_ready.labels(model.id).set(1 if status == "ready" else 0)
+        self.metrics.ready.set(1 if self.all_ready() else 0)
+
+    def fail_all(self, reason: str) -> None:
+        for model in self.models.values():
+            if model.status != "failed":
+                self.set_status(model, "failed", reason)
+
+    def all_ready(self) -> bool:
+        return bool(self.models) and all(m.ready for m in self.models.values()) and not self.draining
+
+    def process_status(self) -> tuple[str, str | None]:
+        models = list(self.models.values())
+        if self.draining:
+            return "degraded", "the process is shutting down"
+        if not models:
+            return "failed", "no model is configured"
+        if all(m.ready for m in models):
+            return "ready", None
+        for early in _EARLY:
+            if any(m.status == early for m in models):
+                first = next(m for m in models if m.status == early)
+                return early, self._reason(first, len(models) > 1)
+        if all(m.status == "failed" for m in models):
+            first = models[0]
+            return "failed", self._reason(first, len(models) > 1)
+        first = next(m for m in models if not m.ready)
+        return "degraded", self._reason(first, True)
+
+    @staticmethod
+    def _reason(model: ServedModel, prefix: bool) -> str | None:
+        reason = model.reason or f"model {model.id} is {model.status}"
+        return f"{model.id}: {reason}" if prefix else reason
+
+    # -- resolution -------------------------------------------------------------------------------------------
+    def resolve(self, name: str | None, surface: str) -> ServedModel:
+        """The model a request names (or the only one); checks surface before readiness, like the reference."""
+        if name is None:
+            if len(self.models) != 1:
+                raise ApiError("invalid_request",
+                               f"model is required: this runtime serves {', '.join(sorted(self.models))}")
+            model = next(iter(self.models.values()))
+        else:
+            model = self.models.get(name) or next(
+                (m for m in self.models.values() if name == m.card.triton_name), None)  # type: ignore[assignment]
+            if model is None:
+                raise ApiError("model_not_found",
+                               f"this runtime serves {', '.join(sorted(self.models))}, not {name}")
+        if surface not in model.card.surfaces:
+            raise ApiError("unsupported_surface",
+                           f"model {model.id} serves {', '.join(model.card.surfaces)}, not {surface}")
+        if not model.ready or self.draining:
+            why = "the process is shutting down" if self.draining else (model.reason or f"model {model.id} is "
+                                                                        f"{model.status}")
+            raise ApiError("not_ready", why)
+        return model
+
+    def admit(self, model: ServedModel, inputs: int) -> None:
+        """All-or-nothing admission: a request whose inputs would overfill the model's queue gets 429."""
+        if model.inflight + inputs > self.settings.max_queue:
+            raise ApiError("overloaded",
+                           f"model {model.id} has {model.inflight} inputs in flight; "
+                           f"{inputs} more would exceed --max-queue {self.settings.max_queue}")
+        model.inflight += inputs
+        self.metrics.queue_depth.labels(model.id).set(model.inflight)
+
+    def release(self, model: ServedModel, inputs: int) -> None:
+        model.inflight -= inputs
+        self.metrics.queue_depth.labels(model.id).set(model.inflight)

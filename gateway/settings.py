@@ -1,0 +1,71 @@
+"""One typed settings object. Every field is a CLI flag of `sr-gateway serve` and has an `SR_GATEWAY_*` env twin.
+
+Precedence: flag > environment > default. The configuration table in README.md lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "SR_GATEWAY_"
+DEFAULT_REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = field(default="127.0.0.1", metadata={"help": "address the HTTP API binds to"})
+    port: int = field(default=8080, metadata={"help": "HTTP port"})
+    model_repository: Path = field(default=DEFAULT_REPOSITORY,
+                                   metadata={"help": "Triton model repository holding one card.yaml per model"})
+    models: str = field(default="", metadata={"help": "comma-separated model ids to serve (default: every card)"})
+    triton_url: str = field(default="", metadata={
+        "help": "gRPC address of an external Triton (e.g. a k8s sidecar); empty = start tritonserver as a child"})
+    triton_grpc_port: int = field(default=0, metadata={"help": "gRPC port of the child tritonserver (0 = pick free)"})
+    triton_startup_seconds: float = field(default=180.0, metadata={"help": "how long to wait for Triton to come up"})
+    max_request_bytes: int = field(default=8_388_608, metadata={
+        "help": "largest request body, both as sent and after Content-Encoding is decoded (413 above)"})
+    max_queue: int = field(default=1024, metadata={
+        "help": "most inputs waiting or running per model before requests get 429 overloaded"})
+    shutdown_seconds: float = field(default=30.0, metadata={"help": "how long SIGTERM waits for in-flight requests"})
+    threads: int = field(default=0, metadata={"help": "ONNX Runtime intra-op threads per model (0 = all cores)"})
+    log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
+
+    @staticmethod
+    def env_name(name: str) -> str:
+        return ENV_PREFIX + name.upper()
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        for f in fields(cls):
+            flag = "--" + f.name.replace("_", "-")
+            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(),
+                                help=f"{f.metadata['help']} (env {cls.env_name(f.name)}, default {f.default})")
+
+    @classmethod
+    def resolve(cls, args: argparse.Namespace | None = None, environ: dict[str, str] | None = None) -> Settings:
+        """Flag, else env twin, else default; values are converted to the field's type and checked."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = getattr(args, f.name, None) if args is not None else None
+            if raw is None:
+                raw = env.get(cls.env_name(f.name))
+            if raw is None:
+                continue
+            kind: Any = type(f.default)
+            try:
+                values[f.name] = kind(raw)
+            except ValueError as exc:
+                raise SystemExit(f"{f.name}: {raw!r} is not a valid {kind.__name__}") from exc
+        settings = cls(**values)
+        if settings.max_request_bytes < 1:
+            raise SystemExit("max_request_bytes must be at least 1")
+        return settings
+
+    @property
+    def model_ids(self) -> list[str]:
+        return [m.strip() for m in self.models.split(",") if m.strip()]

@@ -1,0 +1,1 @@
+"""One module per endpoint family; `common` holds what every POST surface shares."""

@@ -1,0 +1,127 @@
+"""What every POST surface shares: body reading, validation errors, Server-Timing, metrics, serialization."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..body import read_json
+from ..errors import RETRY_AFTER, ApiError
+from ..runtime import Runtime
+from ..timing import Timing
+
+log = logging.getLogger("sr_gateway.http")
+
+RUNTIME_KEY = web.AppKey("runtime", Runtime)
+M = TypeVar("M", bound=BaseModel)
+JSON = "application/json"
+DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY  # float32 vectors serialise as shortest float32 text
+
+
+class Strict(BaseModel):
+    """Request objects: unknown members are errors, and no type coercion ("5" is not 5, 1 is not true)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def validation_message(exc: ValidationError) -> str:
+    unknown = [_location(e["loc"]) for e in exc.errors() if e["type"] == "extra_forbidden"]
+    if unknown:
+        return f"unknown member{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}"
+    parts = []
+    for e in exc.errors()[:5]:
+        # union errors name each branch; the last element of loc is then a type name, which helps no one
+        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and ("[" in p or p in {"str", "list"})))
+        parts.append(f"{_location(loc)}: {e['msg']}")
+    return "; ".join(parts)
+
+
+def parse(model: type[M], body: Any) -> M:
+    if not isinstance(body, dict):
+        raise ApiError("invalid_request", "the request body must be a JSON object")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise ApiError("invalid_request", validation_message(exc)) from exc
+
+
+@dataclass
+class Call:
+    request: web.Request
+    runtime: Runtime
+    timing: Timing
+    body: Any = None
+
+
+Handler = Callable[[Call], Awaitable[dict[str, Any]]]
+
+
+def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(payload), status=status, content_type=JSON, headers=headers)
+
+
+def error_response(error: ApiError, headers: dict[str, str] | None = None) -> web.Response:
+    headers = dict(headers or {})
+    if error.code in RETRY_AFTER:
+        headers["Retry-After"] = RETRY_AFTER[error.code]
+    return json_response(error.body(), error.status, headers)
+
+
+def surface(endpoint: str) -> Callable[[Handler], Callable[[web.Request], Awaitable[web.Response]]]:
+    """Wrap a surface: every response, errors included, carries Server-Timing and is counted."""
+
+    def decorate(fn: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handler(request: web.Request) -> web.Response:
+            runtime = request.app[RUNTIME_KEY]
+            call = Call(request, runtime, Timing())
+            status = 200
+            try:
+                mark = time.perf_counter()
+                call.body = await read_json(request, runtime.settings.max_request_bytes)
+                call.timing.add("parse", mark)
+                result = await fn(call)
+                mark = time.perf_counter()
+                payload = orjson.dumps(result, option=DUMPS_OPTIONS)
+                call.timing.add("serialize", mark)
+                error: ApiError | None = None
+            except ApiError as exc:
+                error, status = exc, exc.status
+            except asyncio.CancelledError:
+                call.timing.finish()
+                runtime.metrics.observe_request(endpoint, 499, call.timing)  # client went away (nginx's 499)
+                raise
+            except Exception:
+                log.exception("unhandled error on %s", endpoint)
+                error = ApiError("internal_error", "internal error; see the gateway log")
+                status = error.status
+            if error is not None:
+                mark = time.perf_counter()
+                payload = orjson.dumps(error.body())
+                call.timing.add("serialize", mark)
+            call.timing.finish()
+            runtime.metrics.observe_request(endpoint, status, call.timing)
+            headers = {"Server-Timing": call.timing.header()}
+            if error is not None and error.code in RETRY_AFTER:
+                headers["Retry-After"] = RETRY_AFTER[error.code]
+            return web.Response(body=payload, status=status, content_type=JSON, headers=headers)
+
+        handler.__name__ = fn.__name__
+        handler.__doc__ = fn.__doc__
+        return handler
+
+    return decorate

@@ -1,0 +1,82 @@
+"""GET /v1/models, /health, /health/live, /metrics and /openapi.yaml (no Server-Timing: not surfaces)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from ..runtime import DEVICE, ENGINE, Runtime, ServedModel
+from .common import RUNTIME_KEY, json_response
+
+OPENAPI_PATH = Path(__file__).resolve().parent.parent / "openapi.yaml"
+OPENAPI_BYTES = OPENAPI_PATH.read_bytes()
+API_VERSION: str = yaml.safe_load(OPENAPI_BYTES)["info"]["version"]
+
+
+def model_card(model: ServedModel) -> dict[str, Any]:
+    card = model.card
+    out: dict[str, Any] = {
+        "id": card.id, "object": "model", "owned_by": card.owned_by, "family": card.family,
+        "ready": model.ready, "status": model.status, "reason": model.reason, "golden": model.golden,
+        "surfaces": list(card.surfaces) if model.status != "failed" else [],
+    }
+    if model.status == "failed":
+        return out
+    out.update({
+        "repo": card.repo, "revision": card.revision, "model_sha256": card.model_sha256,
+        "question_types": [], "limits": card.limits.model_dump(), "licence": card.licence,
+        "attribution": card.attribution, "engine": ENGINE, "engine_args": model.engine_args,
+        "accelerator": DEVICE, "device": DEVICE, "dtype": card.dtype, "numerics": card.numerics,
+        "tokenizer": card.tokenizer,
+    })
+    if card.embedding is not None:
+        out["embedding"] = card.embedding.model_dump()
+    return out
+
+
+async def list_models(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME_KEY]
+    return json_response({
+        "object": "list", "api_version": API_VERSION,
+        "data": [model_card(m) for m in runtime.models.values()],
+        "limits": {"max_request_bytes": runtime.settings.max_request_bytes,
+                   "max_queue": runtime.settings.max_queue},
+    })
+
+
+def health_body(runtime: Runtime) -> tuple[int, dict[str, Any]]:
+    status, reason = runtime.process_status()
+    single = len(runtime.models) == 1
+    body: dict[str, Any] = {"api_version": API_VERSION, "status": status, "reason": reason,
+                            "model": next(iter(runtime.models)) if single else None}
+    if not single:
+        body["models"] = {m.id: {"status": m.status, "reason": m.reason} for m in runtime.models.values()}
+    return (200 if status == "ready" else 503), body
+
+
+async def health(request: web.Request) -> web.Response:
+    code, body = health_body(request.app[RUNTIME_KEY])
+    return json_response(body, code)
+
+
+async def live(request: web.Request) -> web.Response:
+    return json_response({"api_version": API_VERSION, "status": "alive"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    data, ctype = request.app[RUNTIME_KEY].metrics.render()
+    return web.Response(body=data, headers={"Content-Type": ctype})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.Response(body=OPENAPI_BYTES, content_type="application/yaml")
+
+
+def routes() -> list[web.RouteDef]:
+    return [
+        web.get("/v1/models", list_models), web.get("/health", health), web.get("/health/live", live),
+        web.get("/metrics", metrics), web.get("/openapi.yaml", openapi),
+    ]

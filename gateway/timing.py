@@ -1,0 +1,33 @@
+"""Per-request phase clock behind the `Server-Timing` header."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+PHASES = ("parse", "tokenize", "queue", "forward", "post", "serialize")
+
+
+@dataclass
+class Timing:
+    """Accumulates milliseconds per phase. queue/forward are set from Triton's own per-request timing."""
+
+    started: float = field(default_factory=time.perf_counter)
+    ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    total_ms: float | None = None
+
+    def add(self, phase: str, since: float) -> float:
+        """Charge the time since `since` to `phase`; returns now, so phases can be chained."""
+        now = time.perf_counter()
+        self.ms[phase] += (now - since) * 1000.0
+        return now
+
+    def finish(self) -> None:
+        self.total_ms = (time.perf_counter() - self.started) * 1000.0
+
+    def header(self) -> str:
+        if self.total_ms is None:
+            self.finish()
+        parts = [f"{name};dur={self.ms[name]:.3f}" for name in PHASES]
+        parts.append(f"total;dur={self.total_ms:.3f}")
+        return ", ".join(parts)

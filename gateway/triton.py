@@ -1,0 +1,132 @@
+"""The only module that talks to Triton (gRPC, `tritonclient.grpc.aio`). Surfaces never build protobufs.
+
+Every pooled-encoder model speaks the same tensor contract (see sr_backend/triton_model.py): INPUT_IDS in,
+EMBEDDING + TIMING out. TIMING carries Triton-side execution timestamps so the gateway can report queue and
+forward time from what actually happened in Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc.aio as grpcclient
+from tritonclient.grpc import InferInput, InferRequestedOutput
+from tritonclient.utils import InferenceServerException
+
+_OUTPUTS = [InferRequestedOutput("EMBEDDING"), InferRequestedOutput("TIMING")]
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One Triton execute() that served a request: when it started, its forward time and batch size."""
+
+    started_ns: int  # unix ns, taken in the model at the start of execute()
+    forward_ns: int
+    rows: int
+    tokens: int
+
+    @property
+    def ended_ns(self) -> int:
+        return self.started_ns + self.forward_ns
+
+
+@dataclass(frozen=True)
+class Vector:
+    values: np.ndarray  # float32 [dim]
+    execution: Execution
+    submitted_ns: int  # unix ns when the gateway sent it
+
+
+class TritonFailure(Exception):
+    """A Triton call failed. `deadline` means Triton dropped it from its queue when the deadline passed."""
+
+    def __init__(self, message: str, *, deadline: bool = False, unavailable: bool = False) -> None:
+        super().__init__(message)
+        self.deadline = deadline
+        self.unavailable = unavailable
+
+
+def _failure(exc: InferenceServerException) -> TritonFailure:
+    text = exc.message() or str(exc)
+    status = (exc.status() or "").upper()
+    deadline = "timeout" in text.lower() or "DEADLINE" in status
+    unavailable = "UNAVAILABLE" in status or "not ready" in text.lower() or "unavailable" in text.lower()
+    return TritonFailure(text, deadline=deadline, unavailable=unavailable)
+
+
+class Triton:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._client = grpcclient.InferenceServerClient(url)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def wait_live(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                if await self._client.is_server_live():
+                    return
+            except InferenceServerException as exc:
+                last = exc
+            await asyncio.sleep(0.2)
+        raise TritonFailure(f"Triton at {self.url} was not live within {timeout:.0f} s: {last}", unavailable=True)
+
+    async def is_live(self) -> bool:
+        try:
+            return bool(await self._client.is_server_live())
+        except InferenceServerException:
+            return False
+
+    async def load(self, model: str) -> None:
+        try:
+            if await self._client.is_model_ready(model):
+                return
+            await self._client.load_model(model)
+        except InferenceServerException as exc:
+            raise _failure(exc) from exc
+
+    async def is_ready(self, model: str) -> bool:
+        try:
+            return bool(await self._client.is_model_ready(model))
+        except InferenceServerException:
+            return False
+
+    async def model_config(self, model: str) -> dict[str, Any]:
+        try:
+            response = await self._client.get_model_config(model, as_json=True)
+        except InferenceServerException as exc:
+            raise _failure(exc) from exc
+        return dict(response.get("config", response))
+
+    async def statistics(self, model: str) -> dict[str, int]:
+        """Inference vs execution counts: fewer executions than inferences means batching happened."""
+        try:
+            stats = await self._client.get_inference_statistics(model, as_json=True)
+        except InferenceServerException as exc:
+            raise _failure(exc) from exc
+        entry = stats["model_stats"][0]
+        return {"inference_count": int(entry.get("inference_count", 0)),
+                "execution_count": int(entry.get("execution_count", 0))}
+
+    async def embed(self, model: str, ids: list[int], *, timeout_us: int | None = None) -> Vector:
+        """Run one token sequence; Triton batches concurrent calls into one execute()."""
+        tensor = InferInput("INPUT_IDS", [1, len(ids)], "INT64")
+        tensor.set_data_from_numpy(np.asarray(ids, dtype=np.int64).reshape(1, -1))
+        submitted = time.time_ns()
+        try:
+            result = await self._client.infer(model, [tensor], outputs=_OUTPUTS, timeout=timeout_us)
+        except InferenceServerException as exc:
+            raise _failure(exc) from exc
+        vector = result.as_numpy("EMBEDDING")
+        timing = result.as_numpy("TIMING")
+        if vector is None or timing is None:
+            raise TritonFailure(f"model {model} returned no EMBEDDING/TIMING")
+        t = timing.reshape(-1)
+        return Vector(vector.reshape(-1), Execution(int(t[0]), int(t[1]), int(t[2]), int(t[3])), submitted)
