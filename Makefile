@@ -24,8 +24,8 @@ serve: models
 	$(BIN)/sr-gateway serve --host $(HOST) --port $(PORT)
 
 lint: venv
-	$(BIN)/ruff check .
-	$(BIN)/mypy gateway sr_backend tools
+	$(BIN)/ruff check gateway sr_backend tools tests/gateway
+	$(BIN)/mypy gateway sr_backend
 
 test-gateway: models
 	$(BIN)/pytest -q tests/gateway

@@ -76,15 +76,23 @@ def _gunzip(data: bytes, limit: int) -> bytes:
     return bytes(out)
 
 
+def _window_too_large() -> ApiError:
+    return ApiError("unsupported_media_type", f"zstd frames must use a window of at most {ZSTD_MAX_WINDOW} bytes")
+
+
 def _unzstd(data: bytes, limit: int) -> bytes:
+    try:
+        if zstandard.get_frame_parameters(data).window_size > ZSTD_MAX_WINDOW:
+            raise _window_too_large()
+    except zstandard.ZstdError as exc:
+        raise ApiError("invalid_request", f"the zstd body is corrupt: {exc}") from exc
     dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
     try:
         with dctx.stream_reader(data, read_across_frames=True) as reader:
             out = reader.read(limit + 1)
     except zstandard.ZstdError as exc:
-        if "window" in str(exc).lower():
-            raise ApiError("unsupported_media_type",
-                           f"zstd frames need a window of at most {ZSTD_MAX_WINDOW} bytes: {exc}") from exc
+        if "too much memory" in str(exc) or "window" in str(exc).lower():  # a later frame's window
+            raise _window_too_large() from exc
         raise ApiError("invalid_request", f"the zstd body is corrupt: {exc}") from exc
     if len(out) > limit:
         raise too_large(limit, decoded=True)

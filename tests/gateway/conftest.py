@@ -1,0 +1,90 @@
+"""One real tritonserver and one real gateway per test session, serving the real MiniLM weights.
+
+Triton runs via `sr-gateway triton` and the gateway via `sr-gateway serve --triton-url`, so tests can also read
+Triton's own gRPC statistics. The model repository must be built (`make models`; `make test` does it).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+MODEL = "all-minilm-l6-v2"
+LOGS = ROOT / ".cache" / "test-logs"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(check, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:  # type: ignore[type-arg]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}; see {LOGS}")
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"{what} not ready after {timeout} s; see {LOGS}")
+
+
+def start(args: list[str], log_name: str, env: dict[str, str] | None = None) -> subprocess.Popen:  # type: ignore[type-arg]
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log = (LOGS / log_name).open("w")
+    return subprocess.Popen([str(BIN / "sr-gateway"), *args], stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, **(env or {})}, cwd=ROOT)
+
+
+def stop(proc: subprocess.Popen) -> int:  # type: ignore[type-arg]
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return int(proc.returncode)
+
+
+@pytest.fixture(scope="session")
+def triton_url() -> Iterator[str]:
+    import tritonclient.grpc as grpcclient
+
+    port = free_port()
+    proc = start(["triton", "--grpc-port", str(port)], "triton.log")
+    url = f"127.0.0.1:{port}"
+    client = grpcclient.InferenceServerClient(url)
+    wait_for(client.is_server_live, 120, "tritonserver", proc)
+    yield url
+    stop(proc)
+
+
+@pytest.fixture(scope="session")
+def gateway_url(triton_url: str) -> Iterator[str]:
+    port = free_port()
+    proc = start(["serve", "--triton-url", triton_url, "--port", str(port)], "gateway.log")
+    url = f"http://127.0.0.1:{port}"
+    wait_for(lambda: httpx.get(url + "/health", timeout=2).status_code == 200, 180, "gateway", proc)
+    yield url
+    assert stop(proc) == 0, "the gateway did not exit cleanly"
+
+
+@pytest.fixture(scope="session")
+def http(gateway_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=gateway_url, timeout=60) as client:
+        yield client

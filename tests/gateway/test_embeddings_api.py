@@ -1,0 +1,165 @@
+"""POST /v1/embeddings through the real gateway and the real Triton serving MiniLM."""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from .conftest import MODEL
+from .contract import check
+
+
+def post(http: httpx.Client, body: dict, **kw) -> httpx.Response:  # type: ignore[type-arg]
+    r = http.post("/v1/embeddings", json=body, **kw)
+    check("/v1/embeddings", "post", r.status_code, r.json(), r.headers)
+    return r
+
+
+def vectors(r: httpx.Response) -> np.ndarray:
+    return np.array([d["embedding"] for d in r.json()["data"]], dtype=np.float32)
+
+
+def test_the_unmodified_openai_sdk_gets_float_and_base64_vectors_that_agree(gateway_url: str) -> None:
+    client = openai.OpenAI(base_url=gateway_url + "/v1", api_key="unused")
+    texts = ["How do I reset my password?", "Open Settings, then Security."]
+    as_float = client.embeddings.create(model=MODEL, input=texts, encoding_format="float")
+    as_b64 = client.embeddings.create(model=MODEL, input=texts)  # the SDK asks for base64 and decodes it
+    assert [d.index for d in as_float.data] == [0, 1]
+    assert len(as_float.data[0].embedding) == 384
+    assert np.allclose(np.array(as_float.data[0].embedding), np.array(as_b64.data[0].embedding), atol=1e-6)
+    assert as_float.usage.prompt_tokens == as_float.usage.total_tokens > 0
+
+
+def test_base64_vectors_are_little_endian_float32(http: httpx.Client) -> None:
+    text = "A man is playing a guitar."
+    f = post(http, {"input": text}).json()["data"][0]["embedding"]
+    b = post(http, {"input": text, "encoding_format": "base64"}).json()["data"][0]["embedding"]
+    decoded = np.frombuffer(base64.b64decode(b), dtype="<f4")
+    assert decoded.shape == (384,)
+    assert np.allclose(decoded, np.array(f, dtype=np.float32), atol=1e-7)
+
+
+def test_related_sentences_are_closer_than_unrelated_ones(http: httpx.Client) -> None:
+    r = post(http, {"input": ["A man is playing a guitar.", "Someone strums an acoustic guitar.",
+                              "The stock market fell sharply today.", "How do I reset my password?",
+                              "I forgot my login and need to recover my account.", "Penguins live in Antarctica."]})
+    v = vectors(r)
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    sim = v @ v.T
+    assert sim[0, 1] > 0.5 > sim[0, 2]
+    assert sim[3, 4] > 0.4 > sim[3, 5]
+
+
+def test_a_string_input_and_a_one_item_list_give_the_same_vector(http: httpx.Client) -> None:
+    a = vectors(post(http, {"input": "same text"}))
+    b = vectors(post(http, {"input": ["same text"]}))
+    assert np.allclose(a, b, atol=1e-6)
+
+
+def test_vectors_do_not_depend_on_what_else_is_in_the_batch(http: httpx.Client) -> None:
+    short = "hello"
+    alone = vectors(post(http, {"input": [short]}))[0]
+    mixed = vectors(post(http, {"input": ["a much longer sentence " * 20, short, "mid length text here"]}))[1]
+    assert np.max(np.abs(alone - mixed)) < 1e-5
+
+
+def test_usage_counts_tokens_including_special_tokens(http: httpx.Client) -> None:
+    r = post(http, {"input": ["A man is playing a guitar.", "How do I reset my password?"]}).json()
+    assert r["usage"] == {"prompt_tokens": 18, "total_tokens": 18}
+    assert r["data"][0]["input"] == {"tokens": 9, "processed_tokens": 9, "truncated": False}
+
+
+def test_an_input_over_the_budget_fails_alone_under_reject(http: httpx.Client) -> None:
+    r = post(http, {"input": ["fine", "word " * 300, "also fine"]}).json()
+    assert [("embedding" in d) for d in r["data"]] == [True, False, True]
+    assert r["data"][1]["error"] == "max_length_exceeded"
+    assert "256" in r["data"][1]["message"]
+    assert r["usage"]["prompt_tokens"] == 3 + 4  # the failed input is not counted
+
+
+def test_max_input_tokens_is_enforced_exactly_at_its_edge(http: httpx.Client) -> None:
+    # "word" is one token; [CLS] + n words + [SEP]
+    fits = post(http, {"input": "word " * 254}).json()["data"][0]
+    over = post(http, {"input": "word " * 255}).json()["data"][0]
+    assert fits["input"]["tokens"] == 256 and "embedding" in fits
+    assert over["error"] == "max_length_exceeded"
+
+
+def test_options_max_tokens_is_a_budget_enforced_at_its_edge(http: httpx.Client) -> None:
+    fits = post(http, {"input": "word " * 8, "options": {"max_tokens": 10}}).json()["data"][0]
+    over = post(http, {"input": "word " * 9, "options": {"max_tokens": 10}}).json()["data"][0]
+    assert "embedding" in fits and over["error"] == "max_length_exceeded"
+    too_big = post(http, {"input": "x", "options": {"max_tokens": 257}})
+    assert too_big.status_code == 400 and "max_input_tokens 256" in too_big.json()["error"]["message"]
+    assert post(http, {"input": "x", "options": {"max_tokens": 256}}).status_code == 200
+    assert post(http, {"input": "x", "options": {"max_tokens": 0}}).status_code == 400
+
+
+def test_truncate_keeps_the_budget_and_reports_it(http: httpx.Client) -> None:
+    r = post(http, {"input": "word " * 300, "options": {"overflow": "truncate", "max_tokens": 32}}).json()
+    item = r["data"][0]
+    assert item["input"]["processed_tokens"] == 32 and item["input"]["truncated"] is True
+    assert item["input"]["tokens"] >= 32
+    kept = post(http, {"input": "word " * 30}).json()["data"][0]  # exactly the kept text: 30 words + 2 specials
+    assert np.allclose(item["embedding"], kept["embedding"], atol=1e-5)
+
+
+def test_an_empty_string_fails_alone_and_an_empty_list_fails_the_request(http: httpx.Client) -> None:
+    r = post(http, {"input": ["", "ok"]}).json()
+    assert r["data"][0]["error"] == "invalid_input" and "embedding" in r["data"][1]
+    assert post(http, {"input": []}).status_code == 400
+
+
+def test_max_inputs_per_request_is_enforced_at_its_edge(http: httpx.Client) -> None:
+    assert post(http, {"input": ["x"] * 2048}).status_code == 200
+    r = post(http, {"input": ["x"] * 2049})
+    assert r.status_code == 400 and "2048" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"input": "x", "dimensions": 128}, "dimensions must be one of [384]"),
+    ({"input": "x", "layer": 3}, "layer must be one of [6]"),
+    ({"input": "x", "input_type": "query"}, "takes no input_type"),
+    ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
+    ({"input": "x", "options": {"overflow": "window"}}, "overflow"),
+    ({"input": [1, 2]}, "input"),
+    ({"input": "x", "options": {"max_tokens": "12"}}, "max_tokens"),
+    ({"input": "x", "options": {"return_meta": 1}}, "return_meta"),
+    ({"input": "x", "extra": 1}, "unknown member: extra"),
+    ({"input": "x", "options": {"stream": True}}, "unknown member: options.stream"),
+])
+def test_invalid_requests_get_400_naming_the_problem(http: httpx.Client, body: dict, fragment: str) -> None:  # type: ignore[type-arg]
+    r = post(http, body)
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "invalid_request"
+    assert fragment in r.json()["error"]["message"]
+
+
+def test_declared_dimensions_and_layer_are_accepted(http: httpx.Client) -> None:
+    assert post(http, {"input": "x", "dimensions": 384, "layer": 6}).status_code == 200
+
+
+def test_an_unknown_model_is_404_listing_the_served_models(http: httpx.Client) -> None:
+    r = post(http, {"model": "nope", "input": "x"})
+    assert r.status_code == 404
+    assert r.json()["error"] == {"code": "model_not_found", "message": f"this runtime serves {MODEL}, not nope"}
+
+
+def test_return_meta_identifies_the_vector_space(http: httpx.Client) -> None:
+    r = post(http, {"input": "x", "options": {"return_meta": True}}).json()
+    rep = r["meta"]["representation"]
+    assert rep["dimension"] == 384 and rep["layer"] == 6 and rep["normalized"] is True
+    assert len(rep["model_sha256"]) == 64
+    assert r["meta"]["compute_ms"] > 0
+    assert "meta" not in post(http, {"input": "x"}).json()
+
+
+def test_a_deadline_that_has_passed_fails_each_input_with_deadline_exceeded(http: httpx.Client) -> None:
+    r = post(http, {"input": ["a", "b"], "options": {"deadline_ms": 0.001}}).json()
+    assert [d.get("error") for d in r["data"]] == ["deadline_exceeded", "deadline_exceeded"]
+    ok = post(http, {"input": ["a"], "options": {"deadline_ms": 30000}}).json()
+    assert "embedding" in ok["data"][0]

@@ -1,0 +1,79 @@
+"""GET endpoints of a ready process, validated against the contract."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import tritonclient.grpc.aio as grpcaio
+import yaml
+
+from gateway.surfaces.info import OPENAPI_PATH
+
+from .conftest import MODEL
+from .contract import check, document
+
+
+def test_models_lists_the_card_limits_and_api_version(http: httpx.Client) -> None:
+    r = http.get("/v1/models")
+    body = r.json()
+    check("/v1/models", "get", 200, body)
+    assert body["api_version"] == document()["info"]["version"]
+    assert body["limits"]["max_request_bytes"] == 8_388_608
+    (card,) = body["data"]
+    assert card["id"] == MODEL and card["status"] == "ready" and card["ready"] is True
+    assert card["golden"] == {"status": "matched", "checked": 2, "matched": 2, "reference": "cpu"}
+    assert card["surfaces"] == ["embeddings"]
+    assert card["limits"] == {"max_input_tokens": 256, "max_inputs": 2048}
+    assert card["embedding"]["dimensions"] == [384]
+    assert card["engine_args"]["max_batch_size"] == 128
+    assert card["licence"] == "apache-2.0"
+
+
+def test_health_is_200_ready_and_liveness_is_alive(http: httpx.Client) -> None:
+    r = http.get("/health")
+    check("/health", "get", 200, r.json())
+    assert r.status_code == 200
+    assert r.json() == {"api_version": document()["info"]["version"], "status": "ready", "reason": None,
+                        "model": MODEL}
+    live = http.get("/health/live")
+    check("/health/live", "get", 200, live.json())
+    assert live.json() == {"api_version": document()["info"]["version"], "status": "alive"}
+
+
+def test_openapi_yaml_is_served_verbatim(http: httpx.Client) -> None:
+    r = http.get("/openapi.yaml")
+    assert r.status_code == 200 and r.content == OPENAPI_PATH.read_bytes()
+    assert yaml.safe_load(r.content)["openapi"].startswith("3.0")
+
+
+def test_metrics_count_requests_phases_batches_and_readiness(http: httpx.Client) -> None:
+    http.post("/v1/embeddings", json={"input": ["metrics probe"]})
+    http.post("/v1/embeddings", content=b"{")
+    text = http.get("/metrics").text
+    assert 'sr_gateway_requests_total{endpoint="embeddings",status="200"}' in text
+    assert 'sr_gateway_requests_total{endpoint="embeddings",status="400"}' in text
+    assert 'sr_gateway_phase_duration_seconds_count{endpoint="embeddings",phase="forward"}' in text
+    assert "sr_gateway_ready 1.0" in text
+    assert f'sr_gateway_model_ready{{model="{MODEL}"}} 1.0' in text
+    assert "sr_gateway_batch_rows_count" in text and "sr_gateway_batch_tokens_sum" in text
+    assert f'sr_gateway_queue_depth{{model="{MODEL}"}} 0.0' in text
+    assert 'sr_gateway_model_info{device="cpu"' in text
+
+
+def test_concurrent_requests_are_batched_by_triton(gateway_url: str, triton_url: str) -> None:
+    async def run() -> tuple[int, int]:
+        client = grpcaio.InferenceServerClient(triton_url)
+        before = (await client.get_inference_statistics(MODEL, as_json=True))["model_stats"][0]
+        async with httpx.AsyncClient(base_url=gateway_url, timeout=60) as http:
+            texts = [f"concurrent request number {i} about topic {i % 7}" for i in range(32)]
+            rs = await asyncio.gather(*(http.post("/v1/embeddings", json={"input": t}) for t in texts))
+        assert all(r.status_code == 200 for r in rs)
+        after = (await client.get_inference_statistics(MODEL, as_json=True))["model_stats"][0]
+        await client.close()
+        return (int(after["inference_count"]) - int(before.get("inference_count", 0)),
+                int(after["execution_count"]) - int(before.get("execution_count", 0)))
+
+    inferences, executions = asyncio.run(run())
+    assert inferences == 32
+    assert executions < inferences

@@ -1,0 +1,109 @@
+"""Pure pieces without a server: settings, readiness rules, admission, body decoding, chunk planning."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gateway.body import content_encoding, decode, parse_json
+from gateway.cards import discover
+from gateway.errors import ApiError
+from gateway.metrics import Metrics
+from gateway.runtime import Runtime
+from gateway.settings import Settings
+from sr_backend.encoder import PooledEncoder, make_session, plan_chunks
+
+REPO = Path(__file__).resolve().parents[2] / "model_repository"
+
+
+def runtime(**settings: object) -> Runtime:
+    cards = discover(REPO)
+    return Runtime(Settings(model_repository=REPO, **settings), cards, Metrics())  # type: ignore[arg-type]
+
+
+def test_every_setting_has_an_env_twin_and_flags_win_over_env() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    Settings.add_arguments(parser)
+    env = {"SR_GATEWAY_PORT": "9000", "SR_GATEWAY_MAX_REQUEST_BYTES": "64", "SR_GATEWAY_HOST": "127.0.0.2"}
+    s = Settings.resolve(parser.parse_args(["--port", "9100"]), env)
+    assert (s.port, s.max_request_bytes, s.host) == (9100, 64, "127.0.0.2")
+    assert Settings.resolve(parser.parse_args([]), {}).port == 8080
+    with pytest.raises(SystemExit):
+        Settings.resolve(parser.parse_args([]), {"SR_GATEWAY_PORT": "eighty"})
+
+
+def test_a_model_that_is_not_ready_answers_503_and_health_reports_its_status() -> None:
+    rt = runtime()
+    with pytest.raises(ApiError) as err:
+        rt.resolve(None, "embeddings")
+    assert err.value.code == "not_ready" and err.value.status == 503
+    assert rt.process_status() == ("starting", "model all-minilm-l6-v2 is starting")
+
+
+def test_a_surface_the_model_does_not_serve_is_422() -> None:
+    rt = runtime()
+    with pytest.raises(ApiError) as err:
+        rt.resolve("all-minilm-l6-v2", "classify")
+    assert err.value.status == 422 and err.value.code == "unsupported_surface"
+
+
+def test_admission_is_all_or_nothing_and_a_request_that_can_never_fit_is_413() -> None:
+    rt = runtime(max_queue=10)
+    model = rt.models["all-minilm-l6-v2"]
+    rt.admit(model, 6)
+    with pytest.raises(ApiError) as busy:
+        rt.admit(model, 5)
+    assert busy.value.code == "overloaded" and model.inflight == 6
+    rt.admit(model, 4)
+    rt.release(model, 10)
+    with pytest.raises(ApiError) as never:
+        rt.admit(model, 11)
+    assert never.value.code == "request_too_large" and model.inflight == 0
+
+
+@pytest.mark.parametrize("header, expected", [(None, None), ("", None), ("identity", None), ("GZIP", "gzip"),
+                                              ("x-gzip", "x-gzip"), ("zstd", "zstd")])
+def test_content_encoding_names_one_supported_coding(header: str | None, expected: str | None) -> None:
+    assert content_encoding(header) == expected
+
+
+def test_gzip_decoding_stops_one_byte_past_the_limit() -> None:
+    data = gzip.compress(b"a" * 1000)
+    assert decode(data, "gzip", 1000) == b"a" * 1000
+    with pytest.raises(ApiError) as err:
+        decode(data, "gzip", 999)
+    assert err.value.status == 413
+    assert decode(gzip.compress(b"ab") + gzip.compress(b"cd"), "gzip", 10) == b"abcd"  # concatenated members
+
+
+def test_json_parsing_keeps_valid_non_bmp_text() -> None:
+    assert parse_json('{"a": "😀 \\ud83d\\ude00"}'.encode()) == {"a": "😀 😀"}
+
+
+def test_chunks_are_length_sorted_and_stay_under_the_token_budget() -> None:
+    lengths = [5, 100, 7, 50, 3, 100]
+    chunks = plan_chunks(lengths, 200)
+    assert sorted(i for c in chunks for i in c) == list(range(6))
+    for chunk in chunks:
+        assert len(chunk) * max(lengths[i] for i in chunk) <= 200 or len(chunk) == 1
+    assert chunks[0] == [1, 5]
+    assert plan_chunks([600], 200) == [[0]]  # one row alone always runs
+
+
+def test_a_ragged_batch_gives_each_row_what_it_gets_alone() -> None:
+    onnx = REPO / "all-minilm-l6-v2" / "1" / "model.onnx"
+    if not onnx.is_file():
+        pytest.fail("model repository is not built: run `make models`")
+    encoder = PooledEncoder(make_session(str(onnx), threads=1), max_batch_tokens=64)
+    rng = np.random.default_rng(7)
+    rows = [np.array([101, *rng.integers(2000, 29000, n), 102], dtype=np.int64) for n in (3, 40, 9, 1, 25)]
+    batched, stats = encoder.run(rows)
+    assert stats.rows == 5 and stats.chunks > 1 and stats.tokens == sum(len(r) for r in rows)
+    for i, row in enumerate(rows):
+        alone, _ = encoder.run([row])
+        assert np.max(np.abs(alone[0] - batched[i])) < 1e-5
