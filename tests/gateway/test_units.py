@@ -107,3 +107,12 @@ def test_a_ragged_batch_gives_each_row_what_it_gets_alone() -> None:
     for i, row in enumerate(rows):
         alone, _ = encoder.run([row])
         assert np.max(np.abs(alone[0] - batched[i])) < 1e-5
+
+
+def test_the_readme_configuration_table_lists_every_setting() -> None:
+    from dataclasses import fields
+
+    readme = (REPO.parent / "README.md").read_text()
+    for f in fields(Settings):
+        row = f"| `--{f.name.replace('_', '-')}` | `{Settings.env_name(f.name)}` |"
+        assert row in readme, f"README lacks {row}"

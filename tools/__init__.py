@@ -1,0 +1,1 @@
+"""Developer tools: benchmarks and clients (not installed with the package)."""

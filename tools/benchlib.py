@@ -1,0 +1,127 @@
+"""Shared benchmark plumbing: start a gateway, closed-loop HTTP load, percentiles, machine description."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def gateway(extra: list[str] | None = None, env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
+    """`sr-gateway serve` (Triton as its child) on a free loopback port; yields (url, pid)."""
+    port = free_port()
+    log = open(ROOT / ".cache" / "bench-gateway.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "sr-gateway"), "serve", "--port", str(port),
+                             *(extra or [])], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                            env={**os.environ, **(env or {})})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"gateway did not become ready; see {log.name}")
+            try:
+                import urllib.request
+
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except Exception:
+                time.sleep(0.5)
+        yield url, proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@dataclass
+class Run:
+    latencies_ms: list[float] = field(default_factory=list)
+    own_ms: list[float] = field(default_factory=list)  # gateway total - queue - forward
+    wall_s: float = 0.0
+    errors: int = 0
+
+    def summary(self) -> dict[str, float]:
+        lat = np.array(self.latencies_ms)
+        out = {"requests": float(len(lat)), "throughput": len(lat) / self.wall_s if self.wall_s else 0.0,
+               "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
+               "errors": float(self.errors)}
+        if self.own_ms:
+            out["own_p50_ms"] = float(np.percentile(self.own_ms, 50))
+            out["own_p99_ms"] = float(np.percentile(self.own_ms, 99))
+        return out
+
+
+def server_timing(header: str) -> dict[str, float]:
+    return {k: float(v) for k, v in (p.split(";dur=") for p in header.split(", "))}
+
+
+async def http_load(url: str, path: str, bodies: Callable[[int], dict[str, Any]], concurrency: int,
+                    requests: int) -> Run:
+    """Closed loop: `concurrency` callers, each sends its next request when the previous answered."""
+    run = Run()
+    counter = iter(range(requests))
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def caller() -> None:
+            for i in counter:
+                started = time.perf_counter()
+                async with session.post(url + path, json=bodies(i)) as r:
+                    await r.read()
+                    run.latencies_ms.append((time.perf_counter() - started) * 1000)
+                    if r.status != 200:
+                        run.errors += 1
+                        continue
+                    t = server_timing(r.headers["Server-Timing"])
+                    run.own_ms.append(t["total"] - t["queue"] - t["forward"])
+
+        started = time.perf_counter()
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
+        run.wall_s = time.perf_counter() - started
+    return run
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
