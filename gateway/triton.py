@@ -39,6 +39,7 @@ class Vector:
     values: np.ndarray  # float32 [dim]
     execution: Execution
     submitted_ns: int  # unix ns when the gateway sent it
+    received_ns: int  # unix ns when the answer was back in the gateway (end of readout)
 
 
 class TritonFailure(Exception):
@@ -129,4 +130,5 @@ class Triton:
         if vector is None or timing is None:
             raise TritonFailure(f"model {model} returned no EMBEDDING/TIMING")
         t = timing.reshape(-1)
-        return Vector(vector.reshape(-1), Execution(int(t[0]), int(t[1]), int(t[2]), int(t[3])), submitted)
+        execution = Execution(int(t[0]), int(t[1]), int(t[2]), int(t[3]))
+        return Vector(vector.reshape(-1), execution, submitted, time.time_ns())

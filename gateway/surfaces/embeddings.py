@@ -18,7 +18,7 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..errors import ApiError, ItemError
 from ..runtime import DEVICE, ENGINE, Runtime, ServedModel
-from ..triton import Execution, TritonFailure, Vector
+from ..triton import TritonFailure, Vector
 from .common import Call, Strict, parse, surface
 from .tokens import Encoded, encode
 
@@ -109,14 +109,26 @@ def _vector(values: np.ndarray, dimension: int, normalized: bool, fmt: str) -> A
     return values  # serialised by orjson straight from the float32 array
 
 
-def phase_times(executions: list[Execution], submitted_ns: int) -> tuple[float, float]:
-    """(queue_ms, forward_ms) of one request: forward counts each execute() once; queue is the rest of the time
-    from first submission to the last forward's end."""
-    distinct = {(e.started_ns, e.forward_ns): e for e in executions}.values()
-    if not distinct:
+def phase_times(vectors: list[Vector], submitted_ns: int) -> tuple[float, float]:
+    """(queue_ms, forward_ms) of one request from Triton-side timestamps.
+
+    forward: the time covered by its inputs' executions, from the start of each execute() in Triton until the
+    answer is back (readout included), overlapping executions counted once. queue: the rest of the time from the
+    first submission until the last answer: waiting before the first forward and between forwards.
+    """
+    if not vectors:
         return 0.0, 0.0
-    forward = sum(e.forward_ns for e in distinct)
-    span = max(e.ended_ns for e in distinct) - submitted_ns
+    spans = sorted((max(v.execution.started_ns, submitted_ns), v.received_ns) for v in vectors)
+    forward = 0
+    start, end = spans[0]
+    for s, e in spans[1:]:
+        if s > end:
+            forward += end - start
+            start, end = s, e
+        else:
+            end = max(end, e)
+    forward += end - start
+    span = max(v.received_ns for v in vectors) - submitted_ns
     return max(0.0, (span - forward) / 1e6), forward / 1e6
 
 
@@ -146,8 +158,8 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
         await asyncio.gather(*(_run(runtime, model, it, deadline_ns) for it in runnable))
     finally:
         runtime.release(model, len(runnable))
-    executions = [it.vector.execution for it in runnable if it.vector is not None]
-    queue_ms, forward_ms = phase_times(executions, submitted)
+    answered = [it.vector for it in runnable if it.vector is not None]
+    queue_ms, forward_ms = phase_times(answered, submitted)
     mark = time.perf_counter()
     spec = model.card.embedding
     assert spec is not None
@@ -166,7 +178,7 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
             runtime.metrics.inputs.labels(model.id, "ok").inc()
         data.append(entry)
     runtime.metrics.input_tokens.labels(model.id).inc(prompt_tokens)
-    for e in {(e.started_ns, e.forward_ns): e for e in executions}.values():
+    for e in {(v.execution.started_ns, v.execution.forward_ns): v.execution for v in answered}.values():
         runtime.metrics.batch_rows.labels(model.id).observe(e.rows)
         runtime.metrics.batch_tokens.labels(model.id).observe(e.tokens)
     response: dict[str, Any] = {"object": "list", "data": data, "model": model.id,

@@ -116,3 +116,19 @@ def test_the_readme_configuration_table_lists_every_setting() -> None:
     for f in fields(Settings):
         row = f"| `--{f.name.replace('_', '-')}` | `{Settings.env_name(f.name)}` |"
         assert row in readme, f"README lacks {row}"
+
+
+def test_forward_counts_overlapping_executions_once_and_queue_is_the_rest() -> None:
+    from gateway.surfaces.embeddings import phase_times
+    from gateway.triton import Execution, Vector
+
+    ms = 1_000_000
+    v = np.zeros(1, dtype=np.float32)
+
+    def vector(start: int, received: int) -> Vector:
+        return Vector(v, Execution(start * ms, 1, 1, 1), 0, received * ms)
+
+    # submitted at 0; executions 2→5 and 4→7 overlap (5 ms of forward), then a gap, then 9→10
+    queue, forward = phase_times([vector(2, 5), vector(4, 7), vector(9, 10)], 0)
+    assert (queue, forward) == (4.0, 6.0)
+    assert phase_times([], 0) == (0.0, 0.0)
