@@ -101,3 +101,25 @@ def test_sigterm_drains_in_flight_requests_then_stops_triton(served: tuple[str, 
     assert proc.wait(60) == 0
     for pid in triton_pids:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_when_triton_dies_every_model_fails_with_the_reason_and_http_keeps_answering(
+        tmp_path: Path) -> None:
+    copy_model(tmp_path, "solo")
+    port = free_port()
+    proc = start(["serve", "--port", str(port), "--model-repository", str(tmp_path)], "serve-triton-dies.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(url + "/health", timeout=2).status_code == 200, 180, "gateway", proc)
+        (triton_pid,) = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "tritonserver"], capture_output=True,
+                                       text=True).stdout.split()
+        subprocess.run(["kill", "-KILL", triton_pid], check=True)
+        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] == "failed", 30, "failure", proc)
+        health = httpx.get(url + "/health")
+        check("/health", "get", 503, health.json())
+        assert health.status_code == 503 and "tritonserver exited" in health.json()["reason"]
+        r = httpx.post(url + "/v1/embeddings", json={"input": "x"})
+        assert r.status_code == 503 and "tritonserver exited" in r.json()["error"]["message"]
+        assert httpx.get(url + "/health/live").status_code == 200
+    finally:
+        assert stop(proc) == 0
