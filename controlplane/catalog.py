@@ -1,0 +1,105 @@
+"""Engines, models and artifacts: loaded from a YAML catalog file and looked up with visibility rules.
+
+Each entry is public (no ``project``) or owned by one project. A deployment may only combine resources
+that are all public or all owned by the caller's project.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import yaml
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from controlplane.db import artifacts, engines, models, utcnow
+
+SAMPLE_CATALOG = Path(__file__).with_name("catalog.yaml")
+BACKEND_TYPES = ("InferenceService", "LLMInferenceService")
+
+
+class CatalogError(ValueError):
+    """The catalog file is malformed; the message names the entry."""
+
+
+def _engine_row(e: dict[str, Any]) -> dict[str, Any]:
+    for key in ("id", "name", "runtime", "backend", "configName"):
+        if not e.get(key):
+            raise CatalogError(f"engine {e.get('id', '?')}: missing {key}")
+    return {
+        "id": str(e["id"]),
+        "name": str(e["name"]),
+        "project_id": e.get("project"),
+        "runtime": str(e["runtime"]).lower(),
+        "backend_type": str(e["backend"]),
+        "config_name": str(e["configName"]),
+        "model_format": e.get("modelFormat"),
+        "image": e.get("image"),
+        "command": e.get("command"),
+        "args": e.get("args"),
+        "env": e.get("env"),
+        "resources": e.get("resources"),
+        "engine_yaml": e.get("yaml"),
+    }
+
+
+def _model_row(m: dict[str, Any]) -> dict[str, Any]:
+    if not m.get("id") or not m.get("name"):
+        raise CatalogError(f"model {m.get('id', '?')}: id and name are required")
+    return {"id": str(m["id"]), "name": str(m["name"]), "project_id": m.get("project")}
+
+
+def _artifact_row(a: dict[str, Any]) -> dict[str, Any]:
+    if not a.get("id") or not a.get("name") or not a.get("uri"):
+        raise CatalogError(f"artifact {a.get('id', '?')}: id, name and uri are required")
+    return {
+        "id": str(a["id"]),
+        "name": str(a["name"]),
+        "project_id": a.get("project"),
+        "model_id": a.get("modelId"),
+        "uri": str(a["uri"]),
+        "ready": bool(a.get("ready", True)),
+        "lora": bool(a.get("lora", False)),
+    }
+
+
+async def _upsert(conn: AsyncConnection, table: sa.Table, row: dict[str, Any]) -> None:
+    exists = await conn.scalar(sa.select(sa.func.count()).select_from(table).where(table.c.id == row["id"]))
+    if exists:
+        await conn.execute(table.update().where(table.c.id == row["id"]).values(**row, deleted_at=None))
+    else:
+        await conn.execute(table.insert().values(**row, created_at=utcnow()))
+
+
+async def import_catalog(engine: AsyncEngine, data: dict[str, Any]) -> dict[str, int]:
+    """Insert or update every entry of a parsed catalog document in one transaction; returns counts."""
+    plan = [
+        (engines, [_engine_row(e) for e in data.get("engines") or []]),
+        (models, [_model_row(m) for m in data.get("models") or []]),
+        (artifacts, [_artifact_row(a) for a in data.get("artifacts") or []]),
+    ]
+    async with engine.begin() as conn:
+        for table, rows in plan:
+            for row in rows:
+                await _upsert(conn, table, row)
+    return {table.name: len(rows) for table, rows in plan}
+
+
+async def import_catalog_file(engine: AsyncEngine, path: str | Path) -> dict[str, int]:
+    """Parse a YAML catalog file and import it."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise CatalogError("catalog file must be a mapping with engines/models/artifacts")
+    return await import_catalog(engine, data)
+
+
+async def find_visible(
+    conn: AsyncConnection, table: sa.Table, item_id: str, project_id: str | None
+) -> sa.Row[Any] | None:
+    """A live entry that is public or owned by ``project_id``; ``None`` otherwise (no existence leak)."""
+    visible: sa.ColumnElement[bool] = table.c.project_id.is_(None)
+    if project_id:
+        visible = sa.or_(visible, table.c.project_id == project_id)
+    stmt = sa.select(table).where(table.c.id == item_id, table.c.deleted_at.is_(None), visible)
+    return (await conn.execute(stmt)).first()

@@ -1,0 +1,65 @@
+"""``sr-controlplane``: serve the API, migrate the catalog, import a catalog file."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+
+from aiohttp import web
+
+from controlplane.app import create_app
+from controlplane.catalog import SAMPLE_CATALOG, import_catalog_file
+from controlplane.config import Settings
+from controlplane.db import make_engine, migrate
+
+
+async def _migrate(settings: Settings) -> int:
+    engine = make_engine(settings.database_url)
+    try:
+        return await migrate(engine)
+    finally:
+        await engine.dispose()
+
+
+async def _import(settings: Settings, path: str) -> dict[str, int]:
+    engine = make_engine(settings.database_url)
+    try:
+        await migrate(engine)
+        return await import_catalog_file(engine, path)
+    finally:
+        await engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; configuration comes from ``SR_CP_*`` environment variables (see docs/controlplane.md)."""
+    parser = argparse.ArgumentParser(prog="sr-controlplane")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    serve = sub.add_parser("serve", help="run the deployments API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8090)
+    sub.add_parser("migrate", help="create or upgrade the catalog schema")
+    cat = sub.add_parser("catalog", help="catalog maintenance")
+    cat_sub = cat.add_subparsers(dest="catalog_cmd", required=True)
+    imp = cat_sub.add_parser("import", help="load engines, models and artifacts from a YAML file")
+    imp.add_argument("file", nargs="?", default=str(SAMPLE_CATALOG))
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = Settings.from_env()
+    if args.cmd == "serve":
+        web.run_app(create_app(settings), host=args.host, port=args.port, print=None)
+        return 0
+    if args.cmd == "migrate":
+        print(f"schema version {asyncio.run(_migrate(settings))}")
+        return 0
+    counts = asyncio.run(_import(settings, args.file))
+    json.dump(counts, sys.stdout)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,189 @@
+"""KServe workloads on Kubernetes through the official client, with every blocking call off the event loop.
+
+The API server's answers are translated to the spec's codes here and nowhere else: 403 -> forbidden,
+404 -> not_found, 409 -> conflict, 400/422 -> 422 invalid_request, transport failures and 5xx -> 502.
+Updates are read-modify-replace carrying the ``metadata.uid`` recorded at creation, so a workload that
+was deleted and recreated behind our back is a 409, never silently overwritten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from controlplane.errors import (
+    ApiError,
+    backend_unavailable,
+    conflict,
+    forbidden,
+    internal,
+    not_found,
+    unprocessable,
+)
+
+GROUP = "serving.kserve.io"
+STOP_ANNOTATION = "serving.kserve.io/stop"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where one KServe kind lives in the API, and how KServe labels its pods."""
+
+    name: str
+    version: str
+    plural: str
+
+    def pod_selector(self, workload: str) -> str:
+        """Label selector for the pods KServe creates for ``workload``."""
+        if self.name == "InferenceService":
+            return f"serving.kserve.io/inferenceservice={workload}"
+        return f"app.kubernetes.io/name={workload},app.kubernetes.io/part-of=llminferenceservice"
+
+
+KINDS: dict[str, Kind] = {
+    "InferenceService": Kind("InferenceService", "v1beta1", "inferenceservices"),
+    "LLMInferenceService": Kind("LLMInferenceService", "v1alpha1", "llminferenceservices"),
+}
+
+def _message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except (ValueError, AttributeError):
+        return str(exc.reason)
+
+
+def translate(exc: BaseException, action: str) -> ApiError:
+    """Map a client-side failure to the spec's status/code pair."""
+    if isinstance(exc, ApiException):
+        msg = f"{action}: {_message(exc)}"
+        if exc.status in (401, 403):
+            return forbidden(f"Kubernetes refused the operation: {msg}")
+        if exc.status == 404:
+            return not_found(msg)
+        if exc.status == 409:
+            return conflict(msg)
+        if exc.status in (400, 422):
+            return unprocessable(f"Kubernetes rejected the request: {msg}")
+        if exc.status == 0 or exc.status >= 500:
+            return backend_unavailable(f"Kubernetes API unavailable: {msg}")
+        return internal(f"{action} failed")
+    if isinstance(exc, urllib3.exceptions.HTTPError | OSError | TimeoutError):
+        return backend_unavailable(f"Kubernetes API unavailable: {action}: {type(exc).__name__}")
+    return internal(f"{action} failed")
+
+
+class KubeBackend:
+    """Thin async facade over ``CustomObjectsApi`` and ``CoreV1Api`` for one cluster."""
+
+    def __init__(self, kubeconfig: str, timeout_s: float) -> None:
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        cfg.retries = 0  # an unreachable API must surface as 502 quickly, not after urllib3 retries
+        self._api = client.ApiClient(cfg)
+        self._custom = client.CustomObjectsApi(self._api)
+        self._core = client.CoreV1Api(self._api)
+        self._timeout = (min(3.0, timeout_s), timeout_s)
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._api.close()
+
+    async def _call(self, action: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        kwargs["_request_timeout"] = self._timeout
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except Exception as exc:
+            raise translate(exc, action) from exc
+
+    async def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create a workload; returns the stored object (with its uid)."""
+        obj: dict[str, Any] = await self._call(
+            f"create {kind.name}",
+            self._custom.create_namespaced_custom_object,
+            GROUP,
+            kind.version,
+            namespace,
+            kind.plural,
+            body,
+        )
+        return obj
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
+        """Read a workload including its status."""
+        obj: dict[str, Any] = await self._call(
+            f"read {kind.name}",
+            self._custom.get_namespaced_custom_object,
+            GROUP,
+            kind.version,
+            namespace,
+            kind.plural,
+            name,
+        )
+        return obj
+
+    async def update(
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        uid: str | None,
+        mutate: Callable[[dict[str, Any]], None],
+    ) -> dict[str, Any]:
+        """Read, apply ``mutate``, replace; the uid precondition turns a foreign object into a 409."""
+        obj = await self.get(kind, namespace, name)
+        mutate(obj)
+        if uid:
+            obj.setdefault("metadata", {})["uid"] = uid
+        obj.pop("status", None)
+        out: dict[str, Any] = await self._call(
+            f"update {kind.name}",
+            self._custom.replace_namespaced_custom_object,
+            GROUP,
+            kind.version,
+            namespace,
+            kind.plural,
+            name,
+            obj,
+        )
+        return out
+
+    async def delete(self, kind: Kind, namespace: str, name: str, uid: str | None) -> bool:
+        """Delete a workload; ``False`` when it was already gone (deleting twice is not an error)."""
+        opts = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=uid) if uid else None,
+            propagation_policy="Background",
+        )
+        try:
+            await self._call(
+                f"delete {kind.name}",
+                self._custom.delete_namespaced_custom_object,
+                GROUP,
+                kind.version,
+                namespace,
+                kind.plural,
+                name,
+                body=opts,
+            )
+        except ApiError as err:
+            if err.status == 404 and err.error == "not_found":
+                return False
+            raise
+        return True
+
+    async def count_live_pods(self, kind: Kind, namespace: str, name: str) -> int:
+        """Pods of the workload that have not exited (used to tell stopping from stopped)."""
+        pods = await self._call(
+            "list pods",
+            self._core.list_namespaced_pod,
+            namespace,
+            label_selector=kind.pod_selector(name),
+        )
+        phases = [p.status.phase if p.status else None for p in pods.items]
+        return sum(1 for phase in phases if phase not in ("Succeeded", "Failed"))

@@ -1,0 +1,181 @@
+"""Request validation for deployment create/update: field types and the spec's combination rules.
+
+Everything here raises 400 ``invalid_request`` with a message naming the field, because that is the
+only code the spec gives for "the configuration does not meet the requirements".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from controlplane.errors import invalid_request
+
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+_URI_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+KV_TRANSFER_FLAG = "--kv-transfer-config"
+EVICTION_POLICIES = ("lru", "arc")
+
+
+def opt_str(body: dict[str, Any], key: str) -> str | None:
+    """An optional string field; 400 when present with another type."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid_request(f"{key} must be a string")
+    return value
+
+
+def display_name(value: Any) -> str:
+    """Trimmed, non-empty display name."""
+    if not isinstance(value, str) or not value.strip():
+        raise invalid_request("name is required and must not be blank")
+    if len(value.strip()) > 255:
+        raise invalid_request("name must be at most 255 characters")
+    return value.strip()
+
+
+def replicas(value: Any, *, strict: bool) -> int:
+    """Create: missing or < 1 means 1. Update (``strict``): must be an integer >= 1."""
+    if value is None and not strict:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid_request("replicas must be an integer")
+    if strict and value < 1:
+        raise invalid_request("replicas must be greater than or equal to 1")
+    return max(1, value)
+
+
+def str_list(value: Any, key: str) -> list[str]:
+    """A list of strings (command, args)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise invalid_request(f"{key} must be an array of strings")
+    return list(value)
+
+
+def env_list(value: Any) -> list[dict[str, str]]:
+    """``[{name, value}]`` with string name and value."""
+    if not isinstance(value, list):
+        raise invalid_request("env must be an array")
+    out = []
+    for item in value:
+        if not isinstance(item, dict) or set(item) - {"name", "value"}:
+            raise invalid_request("env items must be objects with name and value")
+        name, val = item.get("name"), item.get("value")
+        if not isinstance(name, str) or not name or not isinstance(val, str):
+            raise invalid_request("env[].name and env[].value are required strings")
+        out.append({"name": name, "value": val})
+    return out
+
+
+def resources(value: Any) -> dict[str, str] | None:
+    """``{cpu, memory, gpu}`` quantities as strings; null or empty means no override."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"cpu", "memory", "gpu"}:
+        raise invalid_request("resources may only contain cpu, memory and gpu")
+    out: dict[str, str] = {}
+    for key, val in value.items():
+        if val is None or val == "":
+            continue
+        if not isinstance(val, str | int) or isinstance(val, bool):
+            raise invalid_request(f"resources.{key} must be a string quantity")
+        if not _QUANTITY.match(str(val)) and not (key == "cpu" and re.match(r"^[0-9]+m$", str(val))):
+            raise invalid_request(f"resources.{key} is not a Kubernetes quantity")
+        out[key] = str(val)
+    return out or None
+
+
+def labels(value: Any) -> dict[str, str]:
+    """String-to-string labels (Kubernetes itself validates the key syntax)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(x, str) for kv in value.items() for x in kv):
+        raise invalid_request("labels must be an object of string keys and string values")
+    return dict(value)
+
+
+def oci_uri(value: str) -> str:
+    """Complete a missing ``oci://`` prefix; other schemes are not deployable."""
+    value = value.strip()
+    if not value:
+        raise invalid_request("modelUri must not be empty")
+    if _URI_SCHEME.match(value):
+        if not value.startswith("oci://"):
+            raise invalid_request("modelUri must be an OCI URI (oci://...)")
+        return value
+    return "oci://" + value
+
+
+def is_digest_pinned(uri: str) -> bool:
+    """``oci://repo@sha256:<64 hex>``: the only LoRA reference that cannot change under us."""
+    return uri.startswith("oci://") and bool(_DIGEST.search(uri))
+
+
+def kv_cache_offloading(value: Any) -> dict[str, str] | None:
+    """``{cpu, evictionPolicy}``; cpu a positive memory quantity, policy lru (default) or arc."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"cpu", "evictionPolicy"}:
+        raise invalid_request("kvCacheOffloading may only contain cpu and evictionPolicy")
+    cpu = value.get("cpu")
+    m = _QUANTITY.match(cpu) if isinstance(cpu, str) else None
+    if not isinstance(cpu, str) or m is None or float(m.group(1)) <= 0:
+        raise invalid_request("kvCacheOffloading.cpu must be a positive memory quantity such as 8Gi")
+    policy = value.get("evictionPolicy") or "lru"
+    if policy not in EVICTION_POLICIES:
+        raise invalid_request("kvCacheOffloading.evictionPolicy must be lru or arc")
+    return {"cpu": cpu, "evictionPolicy": policy}
+
+
+def lora_request(value: Any) -> list[dict[str, str]]:
+    """Adapters as given (name, artifactId, optional modelId); names unique. Resolution happens later."""
+    if value is None:
+        return []
+    if not isinstance(value, dict) or set(value) - {"adapters"}:
+        raise invalid_request("lora must be an object with adapters")
+    adapters = value.get("adapters") or []
+    if not isinstance(adapters, list):
+        raise invalid_request("lora.adapters must be an array")
+    out: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for a in adapters:
+        if not isinstance(a, dict) or set(a) - {"name", "modelId", "artifactId"}:
+            raise invalid_request("lora.adapters items must contain name, artifactId and optional modelId")
+        name, art = a.get("name"), a.get("artifactId")
+        if not isinstance(name, str) or not name.strip() or not isinstance(art, str) or not art:
+            raise invalid_request("lora.adapters[].name and lora.adapters[].artifactId are required")
+        if a.get("modelId") is not None and not isinstance(a["modelId"], str):
+            raise invalid_request("lora.adapters[].modelId must be a string")
+        if name in seen:
+            raise invalid_request(f"duplicate LoRA adapter name {name!r}")
+        seen.add(name)
+        item: dict[str, str] = {"name": name, "artifactId": art}
+        if isinstance(a.get("modelId"), str) and a["modelId"]:
+            item["modelId"] = a["modelId"]
+        out.append(item)
+    return out
+
+
+def mentions_kv_transfer(*sources: Any) -> bool:
+    """Whether a manual ``--kv-transfer-config`` appears in command, args, env values or engine YAML."""
+    for src in sources:
+        if src is None:
+            continue
+        if isinstance(src, str):
+            if KV_TRANSFER_FLAG in src:
+                return True
+        elif isinstance(src, list):
+            for item in src:
+                text = item.get("value", "") if isinstance(item, dict) else str(item)
+                if KV_TRANSFER_FLAG in str(text):
+                    return True
+    return False
+
+
+def has_accelerator(override: dict[str, str] | None, engine_resources: dict[str, Any] | None) -> bool:
+    """A non-empty deployment ``resources.gpu`` wins over the engine's accelerator setting."""
+    gpu = (override or {}).get("gpu") or (engine_resources or {}).get("gpu")
+    return bool(gpu) and str(gpu) not in ("0", "0.0")

@@ -1,0 +1,152 @@
+"""Pure translation of a deployment's spec snapshot into KServe objects, and of KServe status back.
+
+No I/O here, so the mapping is easy to read next to the spec and to unit test.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from controlplane.kube import GROUP, KINDS, STOP_ANNOTATION
+
+MANAGED_BY = "sr-controlplane"
+DEPLOYMENT_ID_LABEL = "sr-gateway.io/deployment-id"
+RUNTIME_LABEL = "beacon.io/runtime"
+_NAME_MAX = 45  # KServe appends suffixes such as "-predictor" to derived objects; keep them under 63
+
+
+def k8s_name(display_name: str) -> str:
+    """A DNS-1123 label derived from the display name, or a generated one when nothing usable is left."""
+    base = re.sub(r"[^a-z0-9-]+", "-", display_name.lower())
+    base = re.sub(r"-{2,}", "-", base).strip("-")[:_NAME_MAX].strip("-")
+    if not base or not base[0].isalpha():
+        base = f"d-{base}".strip("-") if base else f"deployment-{uuid.uuid4().hex[:8]}"
+    return base[:_NAME_MAX].strip("-")
+
+
+def _k8s_resources(res: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not res:
+        return None
+    values = {}
+    if res.get("cpu"):
+        values["cpu"] = str(res["cpu"])
+    if res.get("memory"):
+        values["memory"] = str(res["memory"])
+    if res.get("gpu"):
+        values["nvidia.com/gpu"] = str(res["gpu"])
+    return {"requests": dict(values), "limits": dict(values)} if values else None
+
+
+def _container_overrides(spec: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if spec.get("image"):
+        out["image"] = spec["image"]
+    if spec.get("command"):
+        out["command"] = list(spec["command"])
+    if spec.get("args"):
+        out["args"] = list(spec["args"])
+    env = [dict(e) for e in spec.get("env") or []]
+    if spec.get("modelName") and not any(e["name"] == "SERVED_MODEL_NAME" for e in env):
+        env.append({"name": "SERVED_MODEL_NAME", "value": spec["modelName"]})
+    if env:
+        out["env"] = env
+    if res := _k8s_resources(spec.get("resources")):
+        out["resources"] = res
+    return out
+
+
+def build_spec(backend_type: str, spec: dict[str, Any], engine: dict[str, Any]) -> dict[str, Any]:
+    """The KServe ``spec`` for a deployment snapshot and its engine row."""
+    replicas = int(spec.get("replicas") or 1)
+    overrides = _container_overrides(spec)
+    if backend_type == "InferenceService":
+        model: dict[str, Any] = {
+            "modelFormat": {"name": engine.get("model_format") or engine["runtime"]},
+            "runtime": engine["config_name"],
+            "storageUri": spec["modelUri"],
+            **overrides,
+        }
+        return {"predictor": {"minReplicas": replicas, "maxReplicas": replicas, "model": model}}
+    llm_model: dict[str, Any] = {"uri": spec["modelUri"]}
+    if spec.get("modelName"):
+        llm_model["name"] = spec["modelName"]
+    if lora := spec.get("lora"):
+        llm_model["lora"] = {"adapters": [{"name": a["name"], "uri": a["uri"]} for a in lora["adapters"]]}
+    out: dict[str, Any] = {
+        "model": llm_model,
+        "replicas": replicas,
+        "baseRefs": [{"name": engine["config_name"]}],
+    }
+    if overrides:
+        out["template"] = {"containers": [{"name": "main", **overrides}]}
+    if kv := spec.get("kvCacheOffloading"):
+        out["kvCacheOffloading"] = {"cpu": kv["cpu"], "evictionPolicy": kv.get("evictionPolicy", "lru")}
+    return out
+
+
+def build_object(
+    *,
+    backend_type: str,
+    name: str,
+    namespace: str,
+    deployment_id: str,
+    spec: dict[str, Any],
+    labels: dict[str, str],
+    engine: dict[str, Any],
+) -> dict[str, Any]:
+    """The full KServe object to create for a new deployment."""
+    kind = KINDS[backend_type]
+    meta_labels = {**labels, "app.kubernetes.io/managed-by": MANAGED_BY, DEPLOYMENT_ID_LABEL: deployment_id}
+    return {
+        "apiVersion": f"{GROUP}/{kind.version}",
+        "kind": kind.name,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": meta_labels,
+            "annotations": {"serving.kserve.io/deploymentMode": "Standard", STOP_ANNOTATION: "false"},
+        },
+        "spec": build_spec(backend_type, spec, engine),
+    }
+
+
+def is_stop_requested(obj: dict[str, Any]) -> bool:
+    """Whether the stop annotation is set on the live object."""
+    ann = (obj.get("metadata") or {}).get("annotations") or {}
+    return str(ann.get(STOP_ANNOTATION, "false")).lower() == "true"
+
+
+def conditions(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """KServe conditions in the spec's shape (empty optional fields omitted)."""
+    out = []
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if not c.get("type"):
+            continue
+        item = {"type": str(c["type"]), "status": str(c.get("status", "Unknown"))}
+        for key in ("reason", "message", "lastTransitionTime"):
+            if c.get(key):
+                item[key] = str(c[key])
+        out.append(item)
+    return out
+
+
+def ready_value(conds: list[dict[str, Any]]) -> str | None:
+    """The Ready condition's status (True/False/Unknown), or ``None`` when KServe has not reported it."""
+    for c in conds:
+        if c["type"] == "Ready":
+            return c["status"] if c["status"] in ("True", "False") else "Unknown"
+    return None
+
+
+def endpoint(obj: dict[str, Any]) -> str | None:
+    """The in-cluster address, only once KServe has reported the workload Service."""
+    status = obj.get("status") or {}
+    address = status.get("address") or {}
+    if address.get("url"):
+        return str(address["url"])
+    for item in status.get("addresses") or []:
+        if item.get("url"):
+            return str(item["url"])
+    return None

@@ -1,0 +1,500 @@
+"""Fixtures over the real test environment started by tools/testenv (kube-apiserver + etcd, Keystone,
+PostgreSQL). Run through ``make test-controlplane``; without that environment these tests are skipped,
+unless ``SR_CP_REQUIRE_TESTENV=1`` (set by the make target), which turns the skip into a failure.
+
+The catalog backend is chosen by ``SR_CP_TEST_DB`` (``sqlite`` or ``postgresql``); the make target runs
+the whole suite once per backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+import sqlalchemy as sa
+import yaml
+from aiohttp.test_utils import TestClient, TestServer
+from jsonschema import Draft202012Validator
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from controlplane.app import create_app
+from controlplane.catalog import import_catalog
+from controlplane.config import Settings
+from controlplane.db import make_engine, migrate
+
+REQUIRED_ENV = (
+    "SR_TEST_KUBE_ADMIN_KUBECONFIG",
+    "SR_TEST_KUBE_CP_KUBECONFIG",
+    "SR_TEST_APISERVER_CTL",
+    "SR_TEST_KEYSTONE_URL",
+    "SR_TEST_KEYSTONE_ADMIN_PASSWORD",
+    "SR_TEST_PG_DSN",
+)
+OPENAPI = yaml.safe_load((Path(__file__).parents[2] / "controlplane" / "openapi.yaml").read_text())
+DIGEST = "sha256:" + "ab" * 32
+GROUP = "serving.kserve.io"
+TOKEN_TTL_S = 1.0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip (or, under make, fail) when the real environment is missing: never test against fakes."""
+    missing = [k for k in REQUIRED_ENV if not os.environ.get(k)]
+    if not missing:
+        return
+    if os.environ.get("SR_CP_REQUIRE_TESTENV") == "1":
+        raise pytest.UsageError(f"controlplane test environment missing: {', '.join(missing)}")
+    mark = pytest.mark.skip(reason="needs tools/testenv (run `make test-controlplane`)")
+    for item in items:
+        if "tests/controlplane" in str(item.fspath):
+            item.add_marker(mark)
+
+
+# -- OpenAPI response validation -------------------------------------------------------------------------
+
+
+def _response_schema(path: str, method: str, status: int) -> dict[str, Any] | None:
+    op = OPENAPI["paths"][path][method.lower()]
+    resp = op["responses"].get(str(status))
+    assert resp is not None, f"{method} {path} returned {status}, which the OpenAPI document does not declare"
+    if "$ref" in resp:
+        resp = OPENAPI["components"]["responses"][resp["$ref"].rsplit("/", 1)[1]]
+    content = resp.get("content")
+    if not content:
+        return None
+    return {"$ref": content["application/json"]["schema"]["$ref"], "components": OPENAPI["components"]}
+
+
+def validate_response(path: str, method: str, status: int, body: Any) -> None:
+    """Fail unless ``body`` matches what controlplane/openapi.yaml declares for this status."""
+    schema = _response_schema(path, method, status)
+    if schema is None:
+        assert body is None, f"{method} {path} {status} must have no body"
+        return
+    errors = sorted(Draft202012Validator(schema).iter_errors(body), key=str)
+    assert not errors, f"{method} {path} {status}: {[e.message for e in errors][:3]}"
+
+
+@dataclass
+class Api:
+    """Calls the app and validates every response against the OpenAPI document."""
+
+    http: TestClient[Any, Any]
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        token: str | None,
+        *,
+        json: Any = None,
+        data: str | None = None,
+        expect: int | None = None,
+        **path_args: str,
+    ) -> tuple[int, Any]:
+        headers = {"x-keystone-token": token} if token else {}
+        kwargs: dict[str, Any] = {"headers": headers}
+        if data is not None:
+            kwargs["data"] = data
+            headers["Content-Type"] = "application/json"
+        elif json is not None:
+            kwargs["json"] = json
+        async with self.http.request(method, "/api/v1" + path.format(**path_args), **kwargs) as resp:
+            raw = await resp.read()
+            body = None if resp.status == 204 else await resp.json()
+            assert resp.status != 204 or raw == b""
+        validate_response(path, method, resp.status, body)
+        if expect is not None:
+            assert resp.status == expect, f"{method} {path}: {resp.status} {body}"
+        return resp.status, body
+
+    async def create(self, token: str, **fields: Any) -> dict[str, Any]:
+        _, body = await self.call("POST", "/deployments", token, json=fields, expect=201)
+        return dict(body)
+
+
+# -- Keystone ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Project:
+    """A Keystone project with one user per role, and its Kubernetes namespace."""
+
+    id: str
+    name: str
+    member: str
+    reader: str
+    observer: str
+    unscoped: str
+    member_user_id: str
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ns(self) -> str:
+        return self.id
+
+
+class Keystone:
+    """Just enough of the Keystone admin API to make projects, users, role assignments and tokens."""
+
+    def __init__(self, url: str, password: str) -> None:
+        self.url = url.rstrip("/")
+        self.password = password
+        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        self.admin_token = ""
+        self.roles: dict[str, str] = {}
+
+    async def setup(self) -> None:
+        self.admin_token = await self.token("admin", self.password, project_name="admin")
+        async with self.http.get(f"{self.url}/roles", headers=self._h()) as r:
+            self.roles = {x["name"]: x["id"] for x in (await r.json())["roles"]}
+        if "observer" not in self.roles:
+            self.roles["observer"] = (await self._post("/roles", {"role": {"name": "observer"}}))["role"]["id"]
+
+    def _h(self) -> dict[str, str]:
+        return {"X-Auth-Token": self.admin_token}
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        async with self.http.post(self.url + path, json=body, headers=self._h()) as r:
+            assert r.status == 201, await r.text()
+            return dict(await r.json())
+
+    async def token(
+        self, user: str, password: str, *, project_id: str | None = None, project_name: str | None = None
+    ) -> str:
+        auth: dict[str, Any] = {
+            "identity": {
+                "methods": ["password"],
+                "password": {"user": {"name": user, "domain": {"id": "default"}, "password": password}},
+            }
+        }
+        if project_id:
+            auth["scope"] = {"project": {"id": project_id}}
+        elif project_name:
+            auth["scope"] = {"project": {"name": project_name, "domain": {"id": "default"}}}
+        async with self.http.post(f"{self.url}/auth/tokens", json={"auth": auth}) as r:
+            assert r.status == 201, await r.text()
+            return r.headers["X-Subject-Token"]
+
+    async def revoke(self, token: str) -> None:
+        async with self.http.delete(
+            f"{self.url}/auth/tokens", headers={**self._h(), "X-Subject-Token": token}
+        ) as r:
+            assert r.status == 204
+
+    async def user(self, name: str, project_id: str, role: str) -> tuple[str, str]:
+        pw = uuid.uuid4().hex
+        uid = (await self._post("/users", {"user": {"name": name, "password": pw, "domain_id": "default"}}))[
+            "user"
+        ]["id"]
+        async with self.http.put(
+            f"{self.url}/projects/{project_id}/users/{uid}/roles/{self.roles[role]}", headers=self._h()
+        ) as r:
+            assert r.status == 204
+        return uid, pw
+
+    async def project(self) -> Project:
+        name = f"cp-{uuid.uuid4().hex[:10]}"
+        pid = (await self._post("/projects", {"project": {"name": name, "domain_id": "default"}}))["project"][
+            "id"
+        ]
+        users = {}
+        for role in ("member", "reader", "observer"):
+            users[role] = await self.user(f"{name}-{role}", pid, role)
+        tokens = await asyncio.gather(
+            *(self.token(f"{name}-{role}", users[role][1], project_id=pid) for role in users),
+            self.token(f"{name}-member", users["member"][1]),
+        )
+        return Project(pid, name, tokens[0], tokens[1], tokens[2], tokens[3], users["member"][0])
+
+
+# -- Kubernetes (the test plays cluster admin and the KServe controller) ------------------------------------
+
+
+class Cluster:
+    """Admin access to the real apiserver, plus what KServe and the platform would do."""
+
+    def __init__(self, kubeconfig: str, ctl: str) -> None:
+        self.api = config.new_client_from_config(kubeconfig)
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.rbac = client.RbacAuthorizationV1Api(self.api)
+        self.ctl = ctl.split()
+
+    async def run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def provision(self, ns: str) -> None:
+        """What the platform does for a project: create its namespace."""
+        await self.run(self.core.create_namespace, {"metadata": {"name": ns}})
+
+    async def terminate_namespace(self, ns: str) -> None:
+        """Delete a namespace; with no namespace controller running it stays Terminating for good."""
+        await self.run(self.core.delete_namespace, ns)
+
+    @asynccontextmanager
+    async def rbac_revoked(self) -> AsyncIterator[None]:
+        """Take the control plane's ClusterRoleBinding away for the block (Kubernetes then refuses it)."""
+        binding = await self.run(self.rbac.read_cluster_role_binding, "sr-controlplane")
+        await self.run(self.rbac.delete_cluster_role_binding, "sr-controlplane")
+        await self._wait_access(allowed=False)
+        try:
+            yield
+        finally:
+            body = {"metadata": {"name": "sr-controlplane"},
+                    "roleRef": {"apiGroup": binding.role_ref.api_group, "kind": binding.role_ref.kind,
+                                "name": binding.role_ref.name},
+                    "subjects": [{"kind": x.kind, "name": x.name, "apiGroup": x.api_group}
+                                 for x in binding.subjects]}
+            await self.run(self.rbac.create_cluster_role_binding, body)
+            await self._wait_access(allowed=True)
+
+    async def _wait_access(self, *, allowed: bool) -> None:
+        review = {"spec": {"user": "sr-controlplane", "resourceAttributes": {
+            "group": GROUP, "resource": "llminferenceservices", "verb": "update", "namespace": "default"}}}
+        authz = client.AuthorizationV1Api(self.api)
+        for _ in range(100):
+            res = await self.run(authz.create_subject_access_review, review)
+            if bool(res.status.allowed) == allowed:
+                await asyncio.sleep(0.2)
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError("RBAC change did not take effect")
+
+    @staticmethod
+    def version(kind: str) -> tuple[str, str]:
+        return ("v1beta1", "inferenceservices") if kind == "InferenceService" else ("v1alpha1", "llminferenceservices")
+
+    async def get(self, kind: str, ns: str, name: str) -> dict[str, Any] | None:
+        ver, plural = self.version(kind)
+        try:
+            return dict(await self.run(self.custom.get_namespaced_custom_object, GROUP, ver, ns, plural, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def list(self, kind: str, ns: str) -> list[dict[str, Any]]:
+        ver, plural = self.version(kind)
+        out = await self.run(self.custom.list_namespaced_custom_object, GROUP, ver, ns, plural)
+        return list(out["items"])
+
+    async def create(self, kind: str, ns: str, name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+        ver, plural = self.version(kind)
+        body = {"apiVersion": f"{GROUP}/{ver}", "kind": kind, "metadata": {"name": name}, "spec": spec or {}}
+        return dict(await self.run(self.custom.create_namespaced_custom_object, GROUP, ver, ns, plural, body))
+
+    async def delete(self, kind: str, ns: str, name: str) -> None:
+        ver, plural = self.version(kind)
+        await self.run(self.custom.delete_namespaced_custom_object, GROUP, ver, ns, plural, name)
+
+    async def set_status(self, kind: str, ns: str, name: str, status: dict[str, Any]) -> None:
+        """Play the KServe controller: write the status subresource."""
+        ver, plural = self.version(kind)
+        await self.run(
+            self.custom.patch_namespaced_custom_object_status, GROUP, ver, ns, plural, name, {"status": status}
+        )
+
+    async def add_pod(self, kind: str, ns: str, workload: str, idx: int = 0) -> str:
+        """Play KServe + scheduler: a workload pod, bound to a node, labelled the way KServe labels it."""
+        labels = (
+            {"serving.kserve.io/inferenceservice": workload}
+            if kind == "InferenceService"
+            else {"app.kubernetes.io/name": workload, "app.kubernetes.io/part-of": "llminferenceservice"}
+        )
+        name = f"{workload}-pod-{idx}"
+        body = {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"nodeName": "fake-node-1", "containers": [{"name": "main", "image": "example/main:1"}]},
+        }
+        await self.run(self.core.create_namespaced_pod, ns, body)
+        return name
+
+    async def remove_pod(self, ns: str, name: str) -> None:
+        await self.run(self.core.delete_namespaced_pod, name, ns, grace_period_seconds=0)
+
+    @contextmanager
+    def apiserver_down(self) -> Iterator[None]:
+        """Stop the real kube-apiserver for the duration of the block, then start it again."""
+        subprocess.run([*self.ctl, "stop"], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run([*self.ctl, "start"], check=True)
+
+
+# -- fixtures -------------------------------------------------------------------------------------------------
+
+
+def public_catalog() -> dict[str, Any]:
+    """Public test catalog: engines of every kind the rules distinguish, and artifacts in every state."""
+    return {
+        "engines": [
+            {"id": "t-vllm", "name": "vLLM", "runtime": "vllm", "backend": "LLMInferenceService",
+             "configName": "vllm-config", "resources": {"gpu": "1"}},
+            {"id": "t-vllm-cpu", "name": "vLLM CPU", "runtime": "vllm", "backend": "LLMInferenceService",
+             "configName": "vllm-cpu-config"},
+            {"id": "t-vllm-kvt", "name": "vLLM manual KV", "runtime": "vllm", "backend": "LLMInferenceService",
+             "configName": "vllm-kvt", "resources": {"gpu": "1"},
+             "yaml": "spec:\n  template:\n    containers:\n    - args: [--kv-transfer-config, '{}']\n"},
+            {"id": "t-sglang", "name": "SGLang", "runtime": "sglang", "backend": "LLMInferenceService",
+             "configName": "sglang-config", "resources": {"gpu": "1"}},
+            {"id": "t-triton", "name": "Triton + sr-gateway", "runtime": "triton", "backend": "InferenceService",
+             "configName": "sr-gateway-triton", "modelFormat": "onnx"},
+            {"id": "t-bad-backend", "name": "Broken", "runtime": "vllm", "backend": "Deployment",
+             "configName": "nothing"},
+        ],
+        "models": [{"id": "t-model-qwen", "name": "qwen"}],
+        "artifacts": [
+            {"id": "t-art-qwen", "name": "Qwen2.5-7B-Instruct", "modelId": "t-model-qwen",
+             "uri": f"oci://registry.example.com/models/qwen@{DIGEST}"},
+            {"id": "t-art-notready", "name": "not ready", "uri": "oci://registry.example.com/x:1", "ready": False},
+            {"id": "t-lora-ok", "name": "lora ok", "lora": True,
+             "uri": f"oci://registry.example.com/lora/a@{DIGEST}"},
+            {"id": "t-lora-ok2", "name": "lora ok 2", "lora": True,
+             "uri": f"oci://registry.example.com/lora/b@{DIGEST}"},
+            {"id": "t-lora-notready", "name": "lora not ready", "lora": True, "ready": False,
+             "uri": f"oci://registry.example.com/lora/c@{DIGEST}"},
+            {"id": "t-lora-noflag", "name": "not lora", "uri": f"oci://registry.example.com/lora/d@{DIGEST}"},
+            {"id": "t-lora-tag", "name": "lora by tag", "lora": True, "uri": "oci://registry.example.com/lora/e:v1"},
+        ],
+    }
+
+
+@pytest.fixture(scope="session")
+def env() -> dict[str, str]:
+    return {k: os.environ[k] for k in REQUIRED_ENV}
+
+
+@pytest_asyncio.fixture(scope="session")
+async def db_url(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    """A fresh catalog database for this session, on the backend SR_CP_TEST_DB selects."""
+    async for url in _fresh_db(env, tmp_path_factory, "main"):
+        yield url
+
+
+async def _fresh_db(env: dict[str, str], tmp: pytest.TempPathFactory, tag: str) -> AsyncIterator[str]:
+    backend = os.environ.get("SR_CP_TEST_DB", "sqlite")
+    if backend == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp.mktemp(tag) / 'catalog.db'}"
+        return
+    assert backend == "postgresql", backend
+    name = f"cp_{tag}_{uuid.uuid4().hex[:8]}"
+    admin = make_engine(env["SR_TEST_PG_DSN"]).execution_options(isolation_level="AUTOCOMMIT")
+    async with admin.connect() as conn:
+        await conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    yield env["SR_TEST_PG_DSN"].rsplit("/", 1)[0] + "/" + name
+    async with admin.connect() as conn:
+        await conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    await admin.dispose()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def catalog_db(db_url: str) -> str:
+    engine = make_engine(db_url)
+    await migrate(engine)
+    await import_catalog(engine, public_catalog())
+    await engine.dispose()
+    return db_url
+
+
+async def _client(settings: Settings) -> TestClient[Any, Any]:
+    tc: TestClient[Any, Any] = TestClient(TestServer(create_app(settings), host="127.0.0.1"))
+    await tc.start_server()
+    return tc
+
+
+def settings_for(env: dict[str, str], db: str, *, kube: bool = True) -> Settings:
+    return Settings(
+        database_url=db,
+        keystone_url=env["SR_TEST_KEYSTONE_URL"],
+        kubeconfig=env["SR_TEST_KUBE_CP_KUBECONFIG"] if kube else None,
+        kube_timeout_s=5.0,
+        token_cache_ttl_s=TOKEN_TTL_S,
+    )
+
+
+@pytest_asyncio.fixture(scope="session")
+async def api(env: dict[str, str], catalog_db: str) -> AsyncIterator[Api]:
+    """The service as deployed: catalog + Kubernetes + Keystone."""
+    tc = await _client(settings_for(env, catalog_db))
+    yield Api(tc)
+    await tc.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def api_nokube(env: dict[str, str], catalog_db: str) -> AsyncIterator[Api]:
+    """The same catalog served by a platform where Kubernetes is not configured."""
+    tc = await _client(settings_for(env, catalog_db, kube=False))
+    yield Api(tc)
+    await tc.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def api_broken(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Api]:
+    """A service whose catalog lost its deployments table after startup: every catalog query fails."""
+    async for url in _fresh_db(env, tmp_path_factory, "broken"):
+        engine = make_engine(url)
+        await migrate(engine)
+        await import_catalog(engine, public_catalog())
+        tc = await _client(settings_for(env, url))
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DROP TABLE deployments"))
+        await engine.dispose()
+        yield Api(tc)
+        await tc.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def keystone(env: dict[str, str]) -> AsyncIterator[Keystone]:
+    ks = Keystone(env["SR_TEST_KEYSTONE_URL"], env["SR_TEST_KEYSTONE_ADMIN_PASSWORD"])
+    await ks.setup()
+    yield ks
+    await ks.http.close()
+
+
+@pytest.fixture(scope="session")
+def cluster(env: dict[str, str]) -> Cluster:
+    return Cluster(env["SR_TEST_KUBE_ADMIN_KUBECONFIG"], env["SR_TEST_APISERVER_CTL"])
+
+
+@pytest_asyncio.fixture
+async def project(keystone: Keystone, cluster: Cluster) -> Project:
+    """A fresh project with its namespace provisioned and the control plane allowed in it."""
+    p = await keystone.project()
+    await cluster.provision(p.ns)
+    return p
+
+
+@pytest_asyncio.fixture
+async def other_project(keystone: Keystone, cluster: Cluster) -> Project:
+    p = await keystone.project()
+    await cluster.provision(p.ns)
+    return p
+
+
+@pytest_asyncio.fixture(scope="session")
+async def admin_token(keystone: Keystone) -> str:
+    return keystone.admin_token
+
+
+def vllm(name: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A valid create body for the public vLLM engine and artifact."""
+    return {"name": name or f"llm-{uuid.uuid4().hex[:6]}", "engineId": "t-vllm", "artifactId": "t-art-qwen",
+            "modelId": "t-model-qwen", **extra}
+
+
+def triton(name: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A valid create body for the public Triton engine with a model URI."""
+    return {"name": name or f"tri-{uuid.uuid4().hex[:6]}", "engineId": "t-triton",
+            "modelUri": f"registry.example.com/models/minilm@{DIGEST}", **extra}

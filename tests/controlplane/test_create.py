@@ -1,0 +1,358 @@
+"""POST /deployments: validation rules, the workload it submits, and every status code of its table."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from controlplane.catalog import import_catalog
+from controlplane.db import deployments, make_engine
+from tests.controlplane.conftest import DIGEST, Api, Cluster, Keystone, Project, triton, vllm
+
+pytestmark = pytest.mark.asyncio
+
+
+async def catalog_rows(db: str, project_id: str) -> list[Any]:
+    """Every catalog row of a project, deleted or not (what "nothing half-written" is checked against)."""
+    engine = make_engine(db)
+    async with engine.connect() as conn:
+        rows = (await conn.execute(sa.select(deployments).where(deployments.c.project_id == project_id))).all()
+    await engine.dispose()
+    return list(rows)
+
+
+async def test_create_returns_201_pending_and_submits_an_llminferenceservice(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    body = await api.create(project.member, **vllm("  Qwen Chat  ", description="d", modelName="qwen-chat",
+                                                   replicas=2, labels={"team": "a"}))
+    assert body["status"] == "pending" and body["stopped"] is False
+    assert body["name"] == "Qwen Chat"
+    assert body["projectId"] == project.id and body["projectName"] == project.name
+    assert body["ownerUserId"] == project.member_user_id
+    assert body["backend"] == {"catalog": "k8s", "type": "LLMInferenceService", "id": f"{project.id}/qwen-chat"}
+    spec = body["spec"]
+    assert spec["k8sName"] == "qwen-chat" and spec["engineName"] == "vLLM"
+    assert spec["engineConfigName"] == "vllm-config" and spec["artifactName"] == "Qwen2.5-7B-Instruct"
+    assert spec["modelUri"] == f"oci://registry.example.com/models/qwen@{DIGEST}"
+    assert spec["replicas"] == 2 and spec["modelId"] == "t-model-qwen"
+    assert body["labels"] == {"team": "a", "beacon.io/runtime": "vllm"}
+    obj = await cluster.get("LLMInferenceService", project.ns, "qwen-chat")
+    assert obj is not None
+    assert obj["spec"]["model"] == {"uri": spec["modelUri"], "name": "qwen-chat"}
+    assert obj["spec"]["replicas"] == 2
+    assert obj["spec"]["baseRefs"] == [{"name": "vllm-config"}]
+    assert obj["metadata"]["labels"]["sr-gateway.io/deployment-id"] == body["id"]
+    assert obj["metadata"]["annotations"]["serving.kserve.io/stop"] == "false"
+
+
+async def test_create_for_a_triton_engine_submits_an_inferenceservice_with_oci_prefix_completed(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    body = await api.create(project.member, **triton("MiniLM", replicas=0))
+    assert body["spec"]["modelUri"] == f"oci://registry.example.com/models/minilm@{DIGEST}"
+    assert body["spec"]["replicas"] == 1
+    assert "artifactId" not in body["spec"]
+    obj = await cluster.get("InferenceService", project.ns, "minilm")
+    assert obj is not None
+    pred = obj["spec"]["predictor"]
+    assert pred["minReplicas"] == 1 and pred["maxReplicas"] == 1
+    assert pred["model"]["runtime"] == "sr-gateway-triton"
+    assert pred["model"]["storageUri"] == body["spec"]["modelUri"]
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"engineId": "t-vllm", "artifactId": "t-art-qwen"}, "name"),
+        ({"name": "   ", "engineId": "t-vllm", "artifactId": "t-art-qwen"}, "name"),
+        ({"name": "x", "artifactId": "t-art-qwen"}, "engineId"),
+        ({"name": "x", "engineId": "t-vllm"}, "artifactId or modelUri"),
+        ({"name": "x", "engineId": "t-nope", "artifactId": "t-art-qwen"}, "engine t-nope"),
+        ({"name": "x", "engineId": "t-vllm", "artifactId": "t-nope"}, "artifact t-nope"),
+        ({"name": "x", "engineId": "t-vllm", "artifactId": "t-art-notready"}, "not ready"),
+        ({"name": "x", "engineId": "t-vllm", "artifactId": "t-art-qwen", "modelId": "t-nope"}, "model t-nope"),
+        ({"name": "x", "engineId": "t-vllm", "modelUri": "hf://Qwen/Qwen2.5"}, "OCI"),
+        ({"name": "x", "engineId": "t-vllm", "artifactId": "t-art-qwen", "replicas": "2"}, "replicas"),
+        ({"name": "x", "engineId": "t-vllm", "artifactId": "t-art-qwen", "labels": {"a": 1}}, "labels"),
+        ({"name": "x", "engineId": "t-vllm", "artifactId": "t-art-qwen", "env": [{"name": "A"}]}, "env"),
+        ({"name": "x", "engineId": "t-vllm", "artifactId": "t-art-qwen", "resources": {"cpu": "lots"}}, "cpu"),
+        ({"name": "x", "engineId": "t-vllm", "artifactId": "t-art-qwen", "bogus": 1}, "unknown fields"),
+    ],
+)
+async def test_create_rejects_an_invalid_request_with_400_and_writes_nothing(
+    api: Api, project: Project, catalog_db: str, body: dict[str, Any], fragment: str
+) -> None:
+    _, err = await api.call("POST", "/deployments", project.member, json=body, expect=400)
+    assert err["error"] == "invalid_request" and fragment in err["message"]
+    assert await catalog_rows(catalog_db, project.id) == []
+
+
+async def test_create_rejects_a_body_that_is_not_a_json_object_with_400(api: Api, project: Project) -> None:
+    _, err = await api.call("POST", "/deployments", project.member, data="{not json", expect=400)
+    assert err["error"] == "invalid_request"
+    _, err = await api.call("POST", "/deployments", project.member, json=[1, 2], expect=400)
+    assert err["error"] == "invalid_request"
+
+
+async def _private_catalog(db: str, project: Project) -> None:
+    engine = make_engine(db)
+    p = project.id
+    await import_catalog(engine, {
+        "engines": [{"id": f"e-{p}", "name": "private vLLM", "runtime": "vllm", "backend": "LLMInferenceService",
+                     "configName": "vllm-config", "project": p, "resources": {"gpu": "1"}}],
+        "models": [{"id": f"m-{p}", "name": "private model", "project": p}],
+        "artifacts": [
+            {"id": f"a-{p}", "name": "private artifact", "project": p, "uri": f"oci://r.example.com/p@{DIGEST}"},
+            {"id": f"l-{p}", "name": "private lora", "project": p, "lora": True,
+             "uri": f"oci://r.example.com/l@{DIGEST}"},
+        ],
+    })
+    await engine.dispose()
+
+
+async def test_create_accepts_resources_that_are_all_private_to_the_project(
+    api: Api, project: Project, catalog_db: str
+) -> None:
+    await _private_catalog(catalog_db, project)
+    p = project.id
+    body = await api.create(project.member, name="mine", engineId=f"e-{p}", modelId=f"m-{p}",
+                            artifactId=f"a-{p}", lora={"adapters": [{"name": "x", "artifactId": f"l-{p}"}]})
+    assert body["spec"]["engineId"] == f"e-{p}"
+
+
+@pytest.mark.parametrize("mix", ["private-engine", "private-model", "private-artifact", "private-lora"])
+async def test_create_refuses_mixing_public_and_private_resources(
+    api: Api, project: Project, catalog_db: str, mix: str
+) -> None:
+    await _private_catalog(catalog_db, project)
+    p = project.id
+    body = vllm("mixed")
+    if mix == "private-engine":
+        body["engineId"] = f"e-{p}"
+    elif mix == "private-model":
+        body["modelId"] = f"m-{p}"
+    elif mix == "private-artifact":
+        body["artifactId"] = f"a-{p}"
+    else:
+        body["lora"] = {"adapters": [{"name": "x", "artifactId": f"l-{p}"}]}
+    _, err = await api.call("POST", "/deployments", project.member, json=body, expect=400)
+    assert "all be public or all belong" in err["message"]
+
+
+async def test_create_cannot_use_another_projects_private_resources(
+    api: Api, project: Project, other_project: Project, catalog_db: str
+) -> None:
+    await _private_catalog(catalog_db, other_project)
+    o = other_project.id
+    _, err = await api.call("POST", "/deployments", project.member, json=vllm(engineId=f"e-{o}"), expect=400)
+    assert f"engine e-{o} not found" in err["message"]
+    _, err = await api.call("POST", "/deployments", project.member, json=vllm(artifactId=f"a-{o}"), expect=400)
+    assert f"artifact a-{o} not found" in err["message"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ({"engineId": "t-triton"}, "only supported for vLLM"),
+        ({"engineId": "t-vllm-cpu"}, "requires an engine or deployment with accelerators"),
+        ({"engineId": "t-vllm-kvt"}, "--kv-transfer-config"),
+        ({"args": ["--kv-transfer-config", "{}"]}, "--kv-transfer-config"),
+        ({"command": ["vllm", "serve", "--kv-transfer-config={}"]}, "--kv-transfer-config"),
+        ({"env": [{"name": "VLLM_ARGS", "value": "--kv-transfer-config {}"}]}, "--kv-transfer-config"),
+    ],
+)
+async def test_kv_cache_offloading_needs_vllm_with_accelerators_and_no_manual_kv_transfer_config(
+    api: Api, project: Project, extra: dict[str, Any], fragment: str
+) -> None:
+    body = vllm(kvCacheOffloading={"cpu": "8Gi"}, **extra)
+    if extra.get("engineId") == "t-triton":
+        body.pop("artifactId"), body.pop("modelId")
+        body["modelUri"] = f"r.example.com/m@{DIGEST}"
+    _, err = await api.call("POST", "/deployments", project.member, json=body, expect=400)
+    assert fragment in err["message"]
+
+
+@pytest.mark.parametrize("kv", [{"cpu": "0Gi"}, {"cpu": "-1Gi"}, {}, {"cpu": "8Gi", "evictionPolicy": "fifo"}])
+async def test_kv_cache_offloading_needs_a_positive_cpu_quantity_and_a_known_policy(
+    api: Api, project: Project, kv: dict[str, Any]
+) -> None:
+    await api.call("POST", "/deployments", project.member, json=vllm(kvCacheOffloading=kv), expect=400)
+
+
+async def test_kv_cache_offloading_is_accepted_on_vllm_with_accelerators_and_defaults_to_lru(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    body = await api.create(project.member, **vllm("kv", kvCacheOffloading={"cpu": "8Gi"}))
+    assert body["spec"]["kvCacheOffloading"] == {"cpu": "8Gi", "evictionPolicy": "lru"}
+    obj = await cluster.get("LLMInferenceService", project.ns, "kv")
+    assert obj is not None and obj["spec"]["kvCacheOffloading"] == {"cpu": "8Gi", "evictionPolicy": "lru"}
+    # A deployment-level accelerator override makes a CPU engine eligible.
+    body = await api.create(project.member, **vllm("kv-gpu", engineId="t-vllm-cpu", resources={"gpu": "1"},
+                                                   kvCacheOffloading={"cpu": "4Gi", "evictionPolicy": "arc"}))
+    assert body["spec"]["resources"] == {"gpu": "1"}
+
+
+@pytest.mark.parametrize(
+    ("adapters", "engine", "fragment"),
+    [
+        ([{"name": "a", "artifactId": "t-lora-ok"}], "t-sglang", "only supported for vLLM"),
+        ([{"name": "a", "artifactId": "t-lora-ok"}, {"name": "a", "artifactId": "t-lora-ok2"}], "t-vllm",
+         "duplicate"),
+        ([{"name": "a", "artifactId": "t-lora-notready"}], "t-vllm", "must be ready"),
+        ([{"name": "a", "artifactId": "t-lora-noflag"}], "t-vllm", "flagged as LoRA"),
+        ([{"name": "a", "artifactId": "t-lora-tag"}], "t-vllm", "pinned by digest"),
+        ([{"name": "a", "artifactId": "t-nope"}], "t-vllm", "not found"),
+        ([{"artifactId": "t-lora-ok"}], "t-vllm", "required"),
+    ],
+)
+async def test_lora_is_only_for_vllm_with_unique_names_and_ready_flagged_digest_pinned_artifacts(
+    api: Api, project: Project, adapters: list[dict[str, str]], engine: str, fragment: str
+) -> None:
+    body = vllm(engineId=engine, lora={"adapters": adapters})
+    _, err = await api.call("POST", "/deployments", project.member, json=body, expect=400)
+    assert fragment in err["message"]
+
+
+async def test_lora_adapters_are_resolved_to_their_digest_pinned_uris(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    adapters = [{"name": "a", "artifactId": "t-lora-ok", "modelId": "t-model-qwen"},
+                {"name": "b", "artifactId": "t-lora-ok2"}]
+    body = await api.create(project.member, **vllm("with-lora", lora={"adapters": adapters}))
+    assert body["spec"]["lora"]["adapters"] == [
+        {"name": "a", "artifactId": "t-lora-ok", "modelId": "t-model-qwen",
+         "uri": f"oci://registry.example.com/lora/a@{DIGEST}"},
+        {"name": "b", "artifactId": "t-lora-ok2", "uri": f"oci://registry.example.com/lora/b@{DIGEST}"},
+    ]
+    obj = await cluster.get("LLMInferenceService", project.ns, "with-lora")
+    assert obj is not None
+    assert [a["uri"] for a in obj["spec"]["model"]["lora"]["adapters"]] == [
+        a["uri"] for a in body["spec"]["lora"]["adapters"]
+    ]
+    empty = await api.create(project.member, **vllm("empty-lora", lora={"adapters": []}))
+    assert "lora" not in empty["spec"]
+
+
+async def test_a_name_that_leaves_no_dns_label_gets_a_generated_workload_name(api: Api, project: Project) -> None:
+    body = await api.create(project.member, **vllm("模型部署"))
+    assert body["name"] == "模型部署"
+    assert body["spec"]["k8sName"].startswith("deployment-")
+
+
+async def test_create_with_an_existing_name_is_409_conflict(api: Api, project: Project, catalog_db: str) -> None:
+    await api.create(project.member, **vllm("Same Name"))
+    _, err = await api.call("POST", "/deployments", project.member, json=vllm("same-name"), expect=409)
+    assert err["error"] == "conflict"
+    assert len(await catalog_rows(catalog_db, project.id)) == 1
+
+
+async def test_concurrent_creates_of_the_same_name_have_exactly_one_winner_and_catalog_agrees_with_cluster(
+    api: Api, project: Project, cluster: Cluster, catalog_db: str
+) -> None:
+    results = await asyncio.gather(
+        *(api.call("POST", "/deployments", project.member, json=vllm("race")) for _ in range(4))
+    )
+    codes = sorted(code for code, _ in results)
+    assert codes == [201, 409, 409, 409]
+    winner = next(body for code, body in results if code == 201)
+    rows = await catalog_rows(catalog_db, project.id)
+    assert [r.id for r in rows] == [winner["id"]]
+    objs = await cluster.list("LLMInferenceService", project.ns)
+    assert [o["metadata"]["labels"]["sr-gateway.io/deployment-id"] for o in objs] == [winner["id"]]
+
+
+async def test_a_foreign_workload_with_the_same_name_is_409_and_the_catalog_keeps_nothing(
+    api: Api, project: Project, cluster: Cluster, catalog_db: str
+) -> None:
+    await cluster.create("LLMInferenceService", project.ns, "taken")
+    _, err = await api.call("POST", "/deployments", project.member, json=vllm("taken"), expect=409)
+    assert err["error"] == "conflict"
+    assert await catalog_rows(catalog_db, project.id) == []
+
+
+async def test_create_without_the_project_namespace_is_404_and_the_catalog_keeps_nothing(
+    api: Api, keystone: Keystone, catalog_db: str
+) -> None:
+    bare = await keystone.project()  # no namespace provisioned
+    _, err = await api.call("POST", "/deployments", bare.member, json=vllm(), expect=404)
+    assert err["error"] == "not_found"
+    assert await catalog_rows(catalog_db, bare.id) == []
+
+
+async def test_create_in_a_terminating_namespace_is_403_refused_by_kubernetes_and_keeps_nothing(
+    api: Api, keystone: Keystone, cluster: Cluster, catalog_db: str
+) -> None:
+    p = await keystone.project()
+    await cluster.provision(p.ns)
+    await cluster.terminate_namespace(p.ns)
+    _, err = await api.call("POST", "/deployments", p.member, json=vllm(), expect=403)
+    assert err["error"] == "forbidden" and "being terminated" in err["message"]
+    assert await catalog_rows(catalog_db, p.id) == []
+
+
+async def test_create_refused_by_kubernetes_rbac_is_403_and_keeps_nothing(
+    api: Api, project: Project, cluster: Cluster, catalog_db: str
+) -> None:
+    async with cluster.rbac_revoked():
+        _, err = await api.call("POST", "/deployments", project.member, json=vllm(), expect=403)
+    assert err["error"] == "forbidden" and "Kubernetes refused" in err["message"]
+    assert await catalog_rows(catalog_db, project.id) == []
+
+
+async def test_create_with_labels_kubernetes_rejects_is_422_and_the_catalog_keeps_nothing(
+    api: Api, project: Project, catalog_db: str, cluster: Cluster
+) -> None:
+    _, err = await api.call("POST", "/deployments", project.member, json=vllm(labels={"bad key!": "x"}),
+                            expect=422)
+    assert err["error"] == "invalid_request" and "Kubernetes rejected" in err["message"]
+    assert await catalog_rows(catalog_db, project.id) == []
+    assert await cluster.list("LLMInferenceService", project.ns) == []
+
+
+async def test_an_engine_with_an_invalid_backend_reference_is_422(api: Api, project: Project) -> None:
+    _, err = await api.call("POST", "/deployments", project.member, json=vllm(engineId="t-bad-backend"),
+                            expect=422)
+    assert err["error"] == "invalid_request" and "invalid backend" in err["message"]
+
+
+async def test_kubernetes_api_down_during_create_is_502_and_nothing_is_half_written(
+    api: Api, project: Project, cluster: Cluster, catalog_db: str
+) -> None:
+    with cluster.apiserver_down():
+        _, err = await api.call("POST", "/deployments", project.member, json=vllm("outage"), expect=502)
+        assert err["error"] == "backend_unavailable"
+        assert await catalog_rows(catalog_db, project.id) == []
+    assert await cluster.list("LLMInferenceService", project.ns) == []
+    await api.create(project.member, **vllm("outage"))  # and the name is still free afterwards
+
+
+async def test_create_without_a_token_is_401_and_without_project_scope_is_401(
+    api: Api, project: Project
+) -> None:
+    _, err = await api.call("POST", "/deployments", None, json=vllm(), expect=401)
+    assert err["error"] == "unauthorized"
+    _, err = await api.call("POST", "/deployments", project.unscoped, json=vllm(), expect=401)
+    assert "project-scoped" in err["message"]
+
+
+async def test_create_without_write_permission_is_403(api: Api, project: Project) -> None:
+    for token in (project.reader, project.observer):
+        _, err = await api.call("POST", "/deployments", token, json=vllm(), expect=403)
+        assert err["error"] == "forbidden"
+
+
+async def test_create_when_the_catalog_fails_is_500(api_broken: Api, project: Project) -> None:
+    _, err = await api_broken.call("POST", "/deployments", project.member, json=vllm(), expect=500)
+    assert err == {"error": "internal_error", "message": "creating the deployment failed"}
+
+
+async def test_create_without_kubernetes_configured_records_a_catalog_only_deployment(
+    api_nokube: Api, project: Project, cluster: Cluster
+) -> None:
+    body = await api_nokube.create(project.member, **vllm("catalog-only"))
+    assert body["status"] == "pending" and body["backend"]["catalog"] == ""
+    assert await cluster.list("LLMInferenceService", project.ns) == []
