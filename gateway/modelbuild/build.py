@@ -7,7 +7,6 @@ check are written to `<model>/1/build.json` (generated, not committed); the card
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,12 +58,11 @@ def build_model(model_dir: Path, *, force: bool = False, strict: bool = False) -
         if recorded.get("key") == key and recorded.get("onnx_sha256") == sha256_file(onnx_path):
             return BuildResult(card["id"], "cached", recorded["onnx_sha256"])
 
-    from .export import export_onnx
+    from .export import RECIPES
 
-    report = export_onnx(spec["recipe"], src_root, onnx_path, vocab=int(spec.get("vocab_size", 30522)),
-                         opset=int(spec.get("opset", 18)))
-    for name in spec.get("copy", []):
-        shutil.copyfile(src_root / name, version_dir / Path(name).name)
+    if spec["recipe"] not in RECIPES:
+        raise SourceError(f"{card_path}: unknown build recipe {spec['recipe']!r} (known: {sorted(RECIPES)})")
+    report = RECIPES[spec["recipe"]](src_root, version_dir, spec)
     digest = sha256_file(onnx_path)
     expected = (card.get("artifacts") or {}).get("model.onnx", {}).get("sha256")
     note = ""

@@ -6,6 +6,7 @@ Every export is checked against the PyTorch model on fresh random inputs (shapes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ def _sentence_embedder(model_dir: Path) -> Any:
     return SentenceEmbedder().eval()
 
 
-RECIPES = {"sentence-embedding": _sentence_embedder}
+MODULES = {"sentence-embedding": _sentence_embedder}
 
 
 def _random_batch(rng: np.random.Generator, vocab: int, rows: int, length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -58,6 +59,19 @@ def _random_batch(rng: np.random.Generator, vocab: int, rows: int, length: int) 
     return ids, mask
 
 
+def _strip_provenance(path: Path) -> None:
+    """Drop per-node stack traces and doc strings: they name our source lines, so any edit to this file would
+    change the artifact's sha256 without changing the model."""
+    import onnx
+
+    model = onnx.load(str(path))
+    for graph in [model.graph, *(f for f in model.functions)]:
+        for node in graph.node:
+            del node.metadata_props[:]
+            node.doc_string = ""
+    onnx.save(model, str(path))
+
+
 def export_onnx(recipe: str, model_dir: Path, out: Path, *, vocab: int, opset: int = 18,
                 seed: int = 20261129) -> ExportReport:
     """Export with the dynamo exporter (the legacy tracer bakes mask shapes in with transformers 5)."""
@@ -66,7 +80,7 @@ def export_onnx(recipe: str, model_dir: Path, out: Path, *, vocab: int, opset: i
     import torch
 
     torch.manual_seed(seed)
-    module = RECIPES[recipe](model_dir)
+    module = MODULES[recipe](model_dir)
     rng = np.random.default_rng(seed)
     ids, mask = _random_batch(rng, vocab, rows=2, length=16)
     batch = torch.export.Dim("batch", min=1, max=4096)
@@ -85,6 +99,7 @@ def export_onnx(recipe: str, model_dir: Path, out: Path, *, vocab: int, opset: i
         )
     assert program is not None
     program.save(str(tmp), external_data=False)
+    _strip_provenance(tmp)
     onnx.checker.check_model(str(tmp))
 
     # Verify on shapes and values the exporter never saw.
@@ -102,3 +117,18 @@ def export_onnx(recipe: str, model_dir: Path, out: Path, *, vocab: int, opset: i
         raise RuntimeError(f"ONNX export disagrees with PyTorch: max abs diff {worst:.2e} > 1e-4")
     tmp.replace(out)
     return ExportReport(max_abs_diff=worst, checked_rows=rows, opset=opset)
+
+
+def sentence_embedding(src: Path, out_dir: Path, spec: dict[str, Any]) -> ExportReport:
+    """Recipe: a Hugging Face encoder directory → `model.onnx` (pooled, normalised) + its `tokenizer.json`."""
+    import shutil
+
+    report = export_onnx("sentence-embedding", src, out_dir / "model.onnx", vocab=int(spec.get("vocab_size", 30522)),
+                         opset=int(spec.get("opset", 18)))
+    shutil.copyfile(src / "tokenizer.json", out_dir / "tokenizer.json")
+    return report
+
+
+# A recipe writes `model.onnx` and `tokenizer.json` into the version directory and returns its export check.
+Recipe = Callable[[Path, Path, dict[str, Any]], ExportReport]
+RECIPES: dict[str, Recipe] = {"sentence-embedding": sentence_embedding}
