@@ -25,7 +25,7 @@ serve: models
 
 lint: venv
 	$(BIN)/ruff check gateway sr_backend tools tests/gateway
-	$(BIN)/mypy gateway sr_backend
+	$(BIN)/mypy gateway sr_backend tools
 
 test-gateway: models
 	$(BIN)/pytest -q tests/gateway

@@ -51,6 +51,7 @@ class Lifecycle:
             model.load_tokenizer()
             await runtime.triton.load(model.card.triton_name)
             config = await runtime.triton.model_config(model.card.triton_name)
+            model.output = next(o["name"] for o in config.get("output", []) if o["name"] != "TIMING")
             model.engine_args = {
                 "triton_model": model.card.triton_name, "backend": config.get("backend"),
                 "max_batch_size": config.get("max_batch_size"),

@@ -48,7 +48,9 @@ async def check_golden(runtime: Runtime, model: ServedModel) -> None:
     first = await _answer(runtime, model, golden.request)
     second = await _answer(runtime, model, golden.request)
     checked = _compare(first, golden.expected, golden.tolerance)
-    if not all(np.array_equal(a["embedding"], b["embedding"]) for a, b in zip(first["data"], second["data"],
-                                                                                strict=True)):
-        raise GoldenMismatch("two runs of the golden request gave different answers")
+    # exact models must repeat bit for bit; approximate ones (rows padded together in one forward) within tolerance
+    repeat = 0.0 if model.card.numerics == "exact" else golden.tolerance
+    for a, b in zip(first["data"], second["data"], strict=True):
+        if float(np.max(np.abs(np.asarray(a["embedding"]) - np.asarray(b["embedding"])))) > repeat:
+            raise GoldenMismatch("two runs of the golden request gave different answers")
     model.golden = {"status": "matched", "checked": checked, "matched": checked, "reference": "cpu"}

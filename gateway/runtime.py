@@ -31,6 +31,7 @@ class ServedModel:
     reason: str | None = None
     tokenizer: Tokenizer | None = None
     engine_args: dict[str, Any] = field(default_factory=dict)
+    output: str = "EMBEDDING"  # the Triton model's result tensor, read from its config at load
     golden: dict[str, Any] = field(default_factory=lambda: {"status": "pending", "checked": 0, "matched": 0,
                                                             "reference": "cpu"})
     inflight: int = 0

@@ -1,8 +1,8 @@
 """The only module that talks to Triton (gRPC, `tritonclient.grpc.aio`). Surfaces never build protobufs.
 
-Every pooled-encoder model speaks the same tensor contract (see sr_backend/triton_model.py): INPUT_IDS in,
-EMBEDDING + TIMING out. TIMING carries Triton-side execution timestamps so the gateway can report queue and
-forward time from what actually happened in Triton.
+Every model speaks the same tensor contract (see sr_backend/triton_model.py): INPUT_IDS (+ TOKEN_TYPE_IDS for
+pairs) in; one output (EMBEDDING, LOGITS, …) + TIMING out. TIMING carries Triton-side execution timestamps so the
+gateway can report queue and forward time from what actually happened in Triton.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
-_OUTPUTS = [InferRequestedOutput("EMBEDDING"), InferRequestedOutput("TIMING")]
+_TIMING = InferRequestedOutput("TIMING")
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,8 @@ class Execution:
 
 
 @dataclass(frozen=True)
-class Vector:
-    values: np.ndarray  # float32 [dim]
+class Result:
+    values: np.ndarray  # float32: [D] for pooled outputs, [L, C] for per-token outputs
     execution: Execution
     submitted_ns: int  # unix ns when the gateway sent it
     received_ns: int  # unix ns when the answer was back in the gateway (end of readout)
@@ -116,19 +116,24 @@ class Triton:
         return {"inference_count": int(entry.get("inference_count", 0)),
                 "execution_count": int(entry.get("execution_count", 0))}
 
-    async def embed(self, model: str, ids: list[int], *, timeout_us: int | None = None) -> Vector:
+    async def infer(self, model: str, output: str, ids: list[int], type_ids: list[int] | None = None, *,
+                    timeout_us: int | None = None) -> Result:
         """Run one token sequence; Triton batches concurrent calls into one execute()."""
-        tensor = InferInput("INPUT_IDS", [1, len(ids)], "INT64")
-        tensor.set_data_from_numpy(np.asarray(ids, dtype=np.int64).reshape(1, -1))
+        inputs = [InferInput("INPUT_IDS", [1, len(ids)], "INT64")]
+        inputs[0].set_data_from_numpy(np.asarray(ids, dtype=np.int64).reshape(1, -1))
+        if type_ids is not None:
+            inputs.append(InferInput("TOKEN_TYPE_IDS", [1, len(type_ids)], "INT64"))
+            inputs[1].set_data_from_numpy(np.asarray(type_ids, dtype=np.int64).reshape(1, -1))
         submitted = time.time_ns()
         try:
-            result = await self._client.infer(model, [tensor], outputs=_OUTPUTS, timeout=timeout_us)
+            result = await self._client.infer(model, inputs, outputs=[InferRequestedOutput(output), _TIMING],
+                                              timeout=timeout_us)
         except InferenceServerException as exc:
             raise _failure(exc) from exc
-        vector = result.as_numpy("EMBEDDING")
+        values = result.as_numpy(output)
         timing = result.as_numpy("TIMING")
-        if vector is None or timing is None:
-            raise TritonFailure(f"model {model} returned no EMBEDDING/TIMING")
+        if values is None or timing is None:
+            raise TritonFailure(f"model {model} returned no {output}/TIMING")
         t = timing.reshape(-1)
         execution = Execution(int(t[0]), int(t[1]), int(t[2]), int(t[3]))
-        return Vector(vector.reshape(-1), execution, submitted, time.time_ns())
+        return Result(values[0], execution, submitted, time.time_ns())

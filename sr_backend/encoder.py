@@ -2,6 +2,8 @@
 
 Triton hands `execute()` many requests of different lengths. Sorting them by length and packing chunks under a
 token budget pads each chunk only to its own longest row, so one long input does not inflate every short one.
+Graphs come in two shapes: pooled (`[B, D]` per row: embeddings, sequence logits) and per-token (`[B, L, C]`:
+token-classification logits, sliced back to each row's own length).
 This module has no Triton dependency: the in-process benchmark baseline uses exactly the same code path.
 """
 
@@ -23,6 +25,12 @@ class BatchStats:
     padded_tokens: int
     forward_ns: int
     chunks: int
+
+
+@dataclass(frozen=True)
+class Row:
+    ids: np.ndarray  # int64 [L]
+    type_ids: np.ndarray | None = None  # int64 [L]; segment ids of text pairs
 
 
 def make_session(path: str, threads: int = 0) -> ort.InferenceSession:
@@ -51,33 +59,45 @@ def plan_chunks(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int]
     return chunks
 
 
-class PooledEncoder:
-    """An ONNX graph `(input_ids, attention_mask) -> [rows, dim]` run over ragged rows."""
+class RaggedRunner:
+    """An ONNX graph `(input_ids, attention_mask[, token_type_ids]) -> [B, D] | [B, L, C]` over ragged rows."""
 
     def __init__(self, session: ort.InferenceSession, max_batch_tokens: int = 8192) -> None:
         self.session = session
         self.max_batch_tokens = max_batch_tokens
-        self.output = session.get_outputs()[0].name
+        out = session.get_outputs()[0]
+        self.output = out.name
+        self.per_token = len(out.shape) == 3
+        self.inputs = {i.name for i in session.get_inputs()}
 
-    def run(self, rows: Sequence[np.ndarray]) -> tuple[np.ndarray, BatchStats]:
-        lengths = [int(r.shape[0]) for r in rows]
+    def run(self, rows: Sequence[Row | np.ndarray]) -> tuple[list[np.ndarray], BatchStats]:
+        items = [r if isinstance(r, Row) else Row(r) for r in rows]
+        lengths = [int(r.ids.shape[0]) for r in items]
         chunks = plan_chunks(lengths, self.max_batch_tokens)
-        out: np.ndarray | None = None
+        out: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(items)
         padded = 0
         started = time.perf_counter_ns()
         for chunk in chunks:
             width = max(lengths[i] for i in chunk)
             ids = np.zeros((len(chunk), width), dtype=np.int64)
             mask = np.zeros((len(chunk), width), dtype=np.int64)
+            types = np.zeros((len(chunk), width), dtype=np.int64)
             for j, i in enumerate(chunk):
-                ids[j, : lengths[i]] = rows[i]
+                ids[j, : lengths[i]] = items[i].ids
                 mask[j, : lengths[i]] = 1
-            vectors = self.session.run([self.output], {"input_ids": ids, "attention_mask": mask})[0]
-            if out is None:
-                out = np.empty((len(rows), vectors.shape[1]), dtype=np.float32)
-            out[chunk] = vectors
+                if items[i].type_ids is not None:
+                    types[j, : lengths[i]] = items[i].type_ids
+            feed = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self.inputs:
+                feed["token_type_ids"] = types
+            result = self.session.run([self.output], feed)[0]
+            for j, i in enumerate(chunk):
+                out[i] = result[j, : lengths[i]] if self.per_token else result[j]
             padded += ids.size
         forward_ns = time.perf_counter_ns() - started
-        assert out is not None, "run() needs at least one row"
-        stats = BatchStats(len(rows), sum(lengths), padded, forward_ns, len(chunks))
-        return out, stats
+        return out, BatchStats(len(items), sum(lengths), padded, forward_ns, len(chunks))
+
+    def run_pooled(self, rows: Sequence[Row | np.ndarray]) -> tuple[np.ndarray, BatchStats]:
+        """Pooled graphs only: the rows' vectors stacked as one [rows, D] array."""
+        vectors, stats = self.run(rows)
+        return np.stack(vectors), stats

@@ -1,7 +1,8 @@
-"""The Triton Python-backend model every pooled-encoder directory reuses (its `1/model.py` imports this).
+"""The Triton Python-backend model every ONNX model directory reuses (its `1/model.py` imports this).
 
-Inputs (per request, batch dim 1, ragged): INPUT_IDS int64 [1, L]. Outputs: EMBEDDING fp32 [1, D] and
-TIMING int64 [1, 4] = (execute start, unix ns; forward ns; rows in this execute; real tokens in this execute).
+Inputs (per request, batch dim 1, ragged): INPUT_IDS int64 [1, L], optional TOKEN_TYPE_IDS int64 [1, L] (pairs).
+Outputs: the config's first output (EMBEDDING / LOGITS: [1, D], or [1, L, C] for per-token graphs) and
+TIMING int64 [1, 4] = (execute start, unix ns; ONNX Runtime ns; rows in this execute; real tokens in it).
 TIMING is how the gateway reports Triton's own queue and forward time per request instead of guessing.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from sr_backend.encoder import PooledEncoder, make_session
+from sr_backend.encoder import RaggedRunner, Row, make_session
 
 
 def _parameter(config: dict[str, Any], key: str, default: str) -> str:
@@ -29,21 +30,26 @@ class TritonPythonModel:
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         threads = int(os.environ.get("SR_BACKEND_THREADS") or _parameter(config, "intra_op_threads", "0"))
         session = make_session(os.path.join(version_dir, _parameter(config, "onnx_file", "model.onnx")), threads)
-        self.encoder = PooledEncoder(session, int(_parameter(config, "max_batch_tokens", "8192")))
+        self.runner = RaggedRunner(session, int(_parameter(config, "max_batch_tokens", "8192")))
+        self.output = next(o["name"] for o in config["output"] if o["name"] != "TIMING")
 
     def execute(self, requests: list[Any]) -> list[Any]:
         started = time.time_ns()
-        rows = [pb_utils.get_input_tensor_by_name(r, "INPUT_IDS").as_numpy().reshape(-1) for r in requests]
+        rows = []
+        for r in requests:
+            types = pb_utils.get_input_tensor_by_name(r, "TOKEN_TYPE_IDS")
+            rows.append(Row(pb_utils.get_input_tensor_by_name(r, "INPUT_IDS").as_numpy().reshape(-1),
+                            None if types is None else types.as_numpy().reshape(-1)))
         try:
-            vectors, stats = self.encoder.run(rows)
+            outputs, stats = self.runner.run(rows)
         except Exception as exc:  # one failed forward fails this batch's requests, never the server
             error = pb_utils.TritonError(f"forward failed: {exc}")
             return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
         timing = np.array([[started, stats.forward_ns, stats.rows, stats.tokens]], dtype=np.int64)
         return [
             pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("EMBEDDING", vectors[i : i + 1]),
+                pb_utils.Tensor(self.output, np.ascontiguousarray(out[None, ...], dtype=np.float32)),
                 pb_utils.Tensor("TIMING", timing),
             ])
-            for i in range(len(requests))
+            for out in outputs
         ]

@@ -1,7 +1,7 @@
 """Embeddings throughput and latency: the gateway (HTTP → gRPC → Triton) vs in-process ONNX Runtime.
 
 Both sides run the same ONNX file with the same thread count and the same ragged chunking code
-(sr_backend.encoder.PooledEncoder). The in-process baseline batches concurrent callers the way Triton's dynamic
+(sr_backend.encoder.RaggedRunner). The in-process baseline batches concurrent callers the way Triton's dynamic
 batcher does (everything queued, up to max_batch_size, in one run), with no HTTP, JSON or gRPC: it is the ceiling.
 Load is closed-loop: C callers, one text per request. Results go to docs/benchmarks.md between markers.
 
@@ -16,22 +16,21 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tokenizers import Tokenizer
 
-from sr_backend.encoder import PooledEncoder, make_session
+from sr_backend.encoder import RaggedRunner, make_session
 from tools.benchlib import ROOT, Run, free_port, gateway, http_load, machine
 from tools.docs import replace_section
 
 MODEL = "all-minilm-l6-v2"
 VERSION_DIR = ROOT / "model_repository" / MODEL / "1"
-WORDS = ("router model request answer token batch latency queue server client vector cosine search index "
-         "password account settings security billing invoice shipping parcel delivery weather travel music "
-         "guitar market stock price report summary question support policy refund window office").split()
+WORDS = """router model request answer token batch latency queue server client vector cosine search index password
+account settings security billing invoice shipping parcel delivery weather travel music guitar market stock price
+report summary question support policy refund window office""".split()  # noqa: SIM905 (readable as prose)
 
 
 def make_texts(tokenizer: Tokenizer, target_tokens: int, count: int, seed: int) -> list[str]:
@@ -47,7 +46,7 @@ def make_texts(tokenizer: Tokenizer, target_tokens: int, count: int, seed: int) 
     return texts
 
 
-async def inprocess_load(encoder: PooledEncoder, tokenizer: Tokenizer, texts: Callable[[int], str],
+async def inprocess_load(encoder: RaggedRunner, tokenizer: Tokenizer, texts: Callable[[int], str],
                          concurrency: int, requests: int, max_batch: int = 128) -> Run:
     """Callers tokenize and enqueue; one worker runs whatever is queued as one ragged batch (Triton's policy)."""
     run = Run()
@@ -60,7 +59,7 @@ async def inprocess_load(encoder: PooledEncoder, tokenizer: Tokenizer, texts: Ca
             batch = [await queue.get()]
             while not queue.empty() and len(batch) < max_batch:
                 batch.append(queue.get_nowait())
-            vectors, _ = await loop.run_in_executor(pool, encoder.run, [ids for ids, _ in batch])
+            vectors, _ = await loop.run_in_executor(pool, encoder.run_pooled, [ids for ids, _ in batch])
             for (_, fut), vec in zip(batch, vectors, strict=True):
                 fut.set_result(vec)
 
@@ -84,6 +83,14 @@ async def inprocess_load(encoder: PooledEncoder, tokenizer: Tokenizer, texts: Ca
     return run
 
 
+def cycle(texts: list[str]) -> Callable[[int], str]:
+    return lambda i: texts[i % len(texts)]
+
+
+def body(texts: list[str]) -> Callable[[int], dict[str, Any]]:
+    return lambda i: {"input": texts[i % len(texts)]}
+
+
 def triton_counts(url: str) -> tuple[int, int]:
     stats = grpcclient.InferenceServerClient(url).get_inference_statistics(MODEL, as_json=True)["model_stats"][0]
     return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
@@ -100,13 +107,14 @@ def main() -> None:
     tokenizer = Tokenizer.from_file(str(VERSION_DIR / "tokenizer.json"))
     tokenizer.no_padding()
     tokenizer.no_truncation()
-    sets = {"short (16 tok)": make_texts(tokenizer, 16, 4096, 1), "medium (128 tok)": make_texts(tokenizer, 128, 4096, 2)}
-    encoder = PooledEncoder(make_session(str(VERSION_DIR / "model.onnx"), threads), max_batch_tokens=8192)
+    sets = {"short (16 tok)": make_texts(tokenizer, 16, 4096, 1),
+            "medium (128 tok)": make_texts(tokenizer, 128, 4096, 2)}
+    encoder = RaggedRunner(make_session(str(VERSION_DIR / "model.onnx"), threads), max_batch_tokens=8192)
     rows: list[dict[str, Any]] = []
     for name, texts in sets.items():
-        encoder.run([np.asarray(tokenizer.encode(t).ids, dtype=np.int64) for t in texts[:64]])  # warm up
+        encoder.run_pooled([np.asarray(tokenizer.encode(t).ids, dtype=np.int64) for t in texts[:64]])  # warm up
         for c in levels:
-            r = asyncio.run(inprocess_load(encoder, tokenizer, lambda i, t=texts: t[i % len(t)], c, args.requests))
+            r = asyncio.run(inprocess_load(encoder, tokenizer, cycle(texts), c, args.requests))
             rows.append({"set": name, "c": c, "side": "in-process", **r.summary()})
             print(rows[-1], flush=True)
     del encoder
@@ -114,11 +122,10 @@ def main() -> None:
     with gateway(["--triton-grpc-port", str(grpc_port), "--threads", str(threads)]) as (url, _):
         triton = f"127.0.0.1:{grpc_port}"
         for name, texts in sets.items():
-            asyncio.run(http_load(url, "/v1/embeddings", lambda i, t=texts: {"input": t[i]}, 8, 64))  # warm up
+            asyncio.run(http_load(url, "/v1/embeddings", body(texts), 8, 64))  # warm up
             for c in levels:
                 before = triton_counts(triton)
-                r = asyncio.run(http_load(url, "/v1/embeddings", lambda i, t=texts: {"input": t[i % len(t)]},
-                                          c, args.requests))
+                r = asyncio.run(http_load(url, "/v1/embeddings", body(texts), c, args.requests))
                 after = triton_counts(triton)
                 inferences, executions = after[0] - before[0], after[1] - before[1]
                 rows.append({"set": name, "c": c, "side": "gateway", **r.summary(),

@@ -18,7 +18,7 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..errors import ApiError, ItemError
 from ..runtime import DEVICE, ENGINE, Runtime, ServedModel
-from ..triton import TritonFailure, Vector
+from ..triton import Result, TritonFailure
 from .common import Call, Strict, parse, surface
 from .tokens import Encoded, encode
 
@@ -45,7 +45,7 @@ class EmbeddingsRequest(Strict):
 class Item:
     index: int
     encoded: Encoded | None = None
-    vector: Vector | None = None
+    vector: Result | None = None
     error: ItemError | None = None
 
 
@@ -86,7 +86,8 @@ async def _run(runtime: Runtime, model: ServedModel, item: Item, deadline_ns: in
             return
         timeout_us = max(1, left // 1000)
     try:
-        item.vector = await runtime.triton.embed(model.card.triton_name, item.encoded.ids, timeout_us=timeout_us)
+        item.vector = await runtime.triton.infer(model.card.triton_name, model.output, item.encoded.ids,
+                                                 timeout_us=timeout_us)
     except TritonFailure as exc:
         if exc.deadline:
             item.error = ItemError("deadline_exceeded", "the deadline passed while this input was queued")
@@ -109,7 +110,7 @@ def _vector(values: np.ndarray, dimension: int, normalized: bool, fmt: str) -> A
     return values  # serialised by orjson straight from the float32 array
 
 
-def phase_times(vectors: list[Vector], submitted_ns: int) -> tuple[float, float]:
+def phase_times(vectors: list[Result], submitted_ns: int) -> tuple[float, float]:
     """(queue_ms, forward_ms) of one request from Triton-side timestamps.
 
     forward: the time covered by its inputs' executions, from the start of each execute() in Triton until the

@@ -69,9 +69,11 @@ def triton_url() -> Iterator[str]:
     proc = start(["triton", "--grpc-port", str(port)], "triton.log")
     url = f"127.0.0.1:{port}"
     client = grpcclient.InferenceServerClient(url)
-    wait_for(client.is_server_live, 120, "tritonserver", proc)
-    yield url
-    stop(proc)
+    try:
+        wait_for(client.is_server_live, 120, "tritonserver", proc)
+        yield url
+    finally:
+        stop(proc)
 
 
 @pytest.fixture(scope="session")
@@ -79,9 +81,15 @@ def gateway_url(triton_url: str) -> Iterator[str]:
     port = free_port()
     proc = start(["serve", "--triton-url", triton_url, "--port", str(port)], "gateway.log")
     url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: httpx.get(url + "/health", timeout=2).status_code == 200, 180, "gateway", proc)
-    yield url
-    assert stop(proc) == 0, "the gateway did not exit cleanly"
+    try:
+        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed"), 180,
+                 "gateway", proc)
+        health = httpx.get(url + "/health").json()
+        assert health["status"] == "ready", f"the gateway is not ready: {health}"
+        yield url
+    finally:
+        code = stop(proc)
+    assert code == 0, "the gateway did not exit cleanly"
 
 
 @pytest.fixture(scope="session")

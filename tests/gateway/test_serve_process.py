@@ -50,9 +50,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subp
         models = httpx.get(url + "/health", timeout=2).json().get("models", {})
         return bool(models) and all(m["status"] in ("ready", "failed") for m in models.values())
 
-    wait_for(settled, 180, "gateway (child mode)", proc)
-    yield url, proc
-    stop(proc)
+    try:
+        wait_for(settled, 180, "gateway (child mode)", proc)
+        yield url, proc
+    finally:
+        stop(proc)
 
 
 def test_a_golden_mismatch_fails_that_model_only(served: tuple[str, subprocess.Popen]) -> None:  # type: ignore[type-arg]

@@ -14,7 +14,7 @@ from gateway.errors import ApiError
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-from sr_backend.encoder import PooledEncoder, make_session, plan_chunks
+from sr_backend.encoder import RaggedRunner, make_session, plan_chunks
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 
@@ -99,13 +99,14 @@ def test_a_ragged_batch_gives_each_row_what_it_gets_alone() -> None:
     onnx = REPO / "all-minilm-l6-v2" / "1" / "model.onnx"
     if not onnx.is_file():
         pytest.fail("model repository is not built: run `make models`")
-    encoder = PooledEncoder(make_session(str(onnx), threads=1), max_batch_tokens=64)
+    encoder = RaggedRunner(make_session(str(onnx), threads=1), max_batch_tokens=64)
     rng = np.random.default_rng(7)
     rows = [np.array([101, *rng.integers(2000, 29000, n), 102], dtype=np.int64) for n in (3, 40, 9, 1, 25)]
-    batched, stats = encoder.run(rows)
+    batched, stats = encoder.run_pooled(rows)
+    assert batched.shape == (5, 384) and not encoder.per_token
     assert stats.rows == 5 and stats.chunks > 1 and stats.tokens == sum(len(r) for r in rows)
     for i, row in enumerate(rows):
-        alone, _ = encoder.run([row])
+        alone, _ = encoder.run_pooled([row])
         assert np.max(np.abs(alone[0] - batched[i])) < 1e-5
 
 
@@ -120,13 +121,13 @@ def test_the_readme_configuration_table_lists_every_setting() -> None:
 
 def test_forward_counts_overlapping_executions_once_and_queue_is_the_rest() -> None:
     from gateway.surfaces.embeddings import phase_times
-    from gateway.triton import Execution, Vector
+    from gateway.triton import Execution, Result
 
     ms = 1_000_000
     v = np.zeros(1, dtype=np.float32)
 
-    def vector(start: int, received: int) -> Vector:
-        return Vector(v, Execution(start * ms, 1, 1, 1), 0, received * ms)
+    def vector(start: int, received: int) -> Result:
+        return Result(v, Execution(start * ms, 1, 1, 1), 0, received * ms)
 
     # submitted at 0; executions 2→5 and 4→7 overlap (5 ms of forward), then a gap, then 9→10
     queue, forward = phase_times([vector(2, 5), vector(4, 7), vector(9, 10)], 0)
