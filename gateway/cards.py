@@ -33,6 +33,35 @@ class EmbeddingSpec(_Strict):
     input_types: list[str] = []
 
 
+class WindowSpec(_Strict):
+    tokens: int = Field(ge=2)  # window size including the tokenizer's special tokens
+    overlap: int = Field(ge=0)  # content tokens shared by neighbouring windows
+
+
+class ZeroShot(_Strict):
+    """A label head with no trained weights: softmax over scaled cosine between the input's embedding and each
+    label description's embedding (embedded once at load by the same model)."""
+
+    descriptions: dict[str, str]
+    temperature: float = Field(gt=0)
+
+
+class HeadSpec(_Strict):
+    name: str
+    kind: Literal["sequence", "scores", "token"]
+    labels: list[str] = Field(min_length=1)  # the model's output order
+    inputs: list[Literal["text", "pair", "grounded"]] = ["text"]
+    overflow: Literal["reject", "truncate", "window"] = "reject"
+    window: WindowSpec | None = None
+    default_threshold: float | None = Field(default=None, ge=0, le=1)
+    zero_shot: ZeroShot | None = None
+
+
+class RerankSpec(_Strict):
+    kind: Literal["bi-encoder", "cross-encoder"]
+    description: str | None = None
+
+
 class Golden(_Strict):
     surface: Surface
     tolerance: float = Field(default=1e-3, gt=0)
@@ -59,6 +88,8 @@ class Card(BaseModel):
     tokenizer: str = "tokenizer.json"
     limits: Limits
     embedding: EmbeddingSpec | None = None
+    heads: list[HeadSpec] | None = None
+    rerank: RerankSpec | None = None
     golden: Golden | None = None
     build: dict[str, Any] | None = None
     artifacts: dict[str, dict[str, str]] | None = None
@@ -91,6 +122,15 @@ def load_card(path: Path) -> Card:
         raise CardError(f"{path}: {exc}") from exc
     if "embeddings" in card.surfaces and card.embedding is None:
         raise CardError(f"{path}: serves embeddings but has no `embedding` section")
+    if "classify" in card.surfaces and not card.heads:
+        raise CardError(f"{path}: serves classify but declares no `heads`")
+    if "rerank" in card.surfaces and card.rerank is None:
+        raise CardError(f"{path}: serves rerank but has no `rerank` section")
+    for head in card.heads or []:
+        if head.overflow == "window" and head.window is None:
+            raise CardError(f"{path}: head {head.name} defaults to window overflow but declares no window")
+        if head.zero_shot is not None and list(head.zero_shot.descriptions) != head.labels:
+            raise CardError(f"{path}: head {head.name}: zero_shot.descriptions must describe exactly its labels")
     return card
 
 

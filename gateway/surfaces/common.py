@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..body import read_json
 from ..errors import RETRY_AFTER, ApiError
-from ..runtime import Runtime
+from ..runtime import DEVICE, ENGINE, Runtime, ServedModel
 from ..timing import Timing
 
 log = logging.getLogger("sr_gateway.http")
@@ -125,3 +125,11 @@ def surface(endpoint: str) -> Callable[[Handler], Callable[[web.Request], Awaita
         return handler
 
     return decorate
+
+
+def response_meta(model: ServedModel, queue_ms: float, forward_ms: float) -> dict[str, Any]:
+    """`meta` of a response (with options.return_meta): what answered, on what, and how long the model took."""
+    card = model.card
+    return {"model_id": model.id, "revision": card.revision, "model_sha256": card.model_sha256,
+            "numerics": card.numerics, "engine": ENGINE, "accelerator": DEVICE, "device": DEVICE,
+            "queue_ms": round(queue_ms, 3), "compute_ms": round(forward_ms, 3)}

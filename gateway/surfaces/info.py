@@ -34,6 +34,11 @@ def model_card(model: ServedModel) -> dict[str, Any]:
     })
     if card.embedding is not None:
         out["embedding"] = card.embedding.model_dump()
+    if card.rerank is not None:
+        out["rerank"] = card.rerank.model_dump()
+    if card.heads:
+        out["heads"] = [{**h.model_dump(exclude={"zero_shot"}), "zero_shot": h.zero_shot is not None}
+                        for h in card.heads]
     return out
 
 

@@ -23,7 +23,8 @@ def test_models_lists_the_card_limits_and_api_version(http: httpx.Client) -> Non
     (card,) = body["data"]
     assert card["id"] == MODEL and card["status"] == "ready" and card["ready"] is True
     assert card["golden"] == {"status": "matched", "checked": 2, "matched": 2, "reference": "cpu"}
-    assert card["surfaces"] == ["embeddings"]
+    assert card["surfaces"] == ["embeddings", "rerank"]
+    assert card["rerank"]["kind"] == "bi-encoder"
     assert card["limits"] == {"max_input_tokens": 256, "max_inputs": 2048}
     assert card["embedding"]["dimensions"] == [384]
     assert card["engine_args"]["max_batch_size"] == 128

@@ -120,7 +120,7 @@ def test_the_readme_configuration_table_lists_every_setting() -> None:
 
 
 def test_forward_counts_overlapping_executions_once_and_queue_is_the_rest() -> None:
-    from gateway.surfaces.embeddings import phase_times
+    from gateway.surfaces.forward import phase_times
     from gateway.triton import Execution, Result
 
     ms = 1_000_000

@@ -1,0 +1,99 @@
+"""Running prepared model inputs through Triton: admission, deadlines, per-input failures, phase times, metrics.
+
+Every surface turns its request into `Job`s (one model input each) and calls `forward`; what comes back is a
+`Result` or an `ItemError` per job, so one failing input never fails its siblings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from ..errors import ItemError
+from ..runtime import Runtime, ServedModel
+from ..timing import Timing
+from ..triton import Result, TritonFailure
+
+
+@dataclass
+class Job:
+    ids: list[int]
+    type_ids: list[int] | None = None
+    result: Result | None = None
+    error: ItemError | None = None
+
+
+def deadline_ns(deadline_ms: float | None, timing: Timing | None) -> int | None:
+    """Unix-ns deadline measured from the request's arrival (the handler start)."""
+    if deadline_ms is None:
+        return None
+    elapsed = time.perf_counter() - timing.started if timing is not None else 0.0
+    return time.time_ns() + int((deadline_ms / 1000 - elapsed) * 1e9)
+
+
+async def _run(runtime: Runtime, model: ServedModel, job: Job, deadline: int | None) -> None:
+    assert runtime.triton is not None
+    timeout_us = None
+    if deadline is not None:
+        left = deadline - time.time_ns()
+        if left <= 0:
+            job.error = ItemError("deadline_exceeded", "the deadline passed before this input was run")
+            return
+        timeout_us = max(1, left // 1000)
+    try:
+        job.result = await runtime.triton.infer(model.card.triton_name, model.output, job.ids, job.type_ids,
+                                                timeout_us=timeout_us)
+    except TritonFailure as exc:
+        if exc.deadline:
+            job.error = ItemError("deadline_exceeded", "the deadline passed while this input was queued")
+        elif exc.unavailable:
+            job.error = ItemError("unavailable", f"model {model.id} is unavailable: {exc}")
+        else:
+            job.error = ItemError("invalid_model_output", f"the model failed on this input: {exc}")
+
+
+def phase_times(results: list[Result], submitted_ns: int) -> tuple[float, float]:
+    """(queue_ms, forward_ms) of one request from Triton-side timestamps.
+
+    forward: the time covered by its inputs' executions, from the start of each execute() in Triton until the
+    answer is back (readout included), overlapping executions counted once. queue: the rest of the time from the
+    first submission until the last answer: waiting before the first forward and between forwards.
+    """
+    if not results:
+        return 0.0, 0.0
+    spans = sorted((max(r.execution.started_ns, submitted_ns), r.received_ns) for r in results)
+    forward = 0
+    start, end = spans[0]
+    for s, e in spans[1:]:
+        if s > end:
+            forward += end - start
+            start, end = s, e
+        else:
+            end = max(end, e)
+    forward += end - start
+    span = max(r.received_ns for r in results) - submitted_ns
+    return max(0.0, (span - forward) / 1e6), forward / 1e6
+
+
+async def forward(runtime: Runtime, model: ServedModel, jobs: list[Job], *, deadline_ms: float | None = None,
+                  timing: Timing | None = None) -> tuple[float, float]:
+    """Run every job without an error yet; returns (queue_ms, forward_ms), also added to `timing`."""
+    runnable = [j for j in jobs if j.error is None]
+    deadline = deadline_ns(deadline_ms, timing)
+    submitted = time.time_ns()
+    runtime.admit(model, len(runnable))
+    try:
+        await asyncio.gather(*(_run(runtime, model, j, deadline) for j in runnable))
+    finally:
+        runtime.release(model, len(runnable))
+    answered = [j.result for j in runnable if j.result is not None]
+    queue_ms, forward_ms = phase_times(answered, submitted)
+    for e in {(r.execution.started_ns, r.execution.forward_ns): r.execution for r in answered}.values():
+        runtime.metrics.batch_rows.labels(model.id).observe(e.rows)
+        runtime.metrics.batch_tokens.labels(model.id).observe(e.tokens)
+    runtime.metrics.input_tokens.labels(model.id).inc(sum(len(j.ids) for j in runnable))
+    if timing is not None:
+        timing.ms["queue"] += queue_ms
+        timing.ms["forward"] += forward_ms
+    return queue_ms, forward_ms
