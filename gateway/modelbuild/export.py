@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from .nanoguard import prompt_guard
+
 
 @dataclass(frozen=True)
 class ExportReport:
@@ -131,4 +133,4 @@ def sentence_embedding(src: Path, out_dir: Path, spec: dict[str, Any]) -> Export
 
 # A recipe writes `model.onnx` and `tokenizer.json` into the version directory and returns its export check.
 Recipe = Callable[[Path, Path, dict[str, Any]], ExportReport]
-RECIPES: dict[str, Recipe] = {"sentence-embedding": sentence_embedding}
+RECIPES: dict[str, Recipe] = {"sentence-embedding": sentence_embedding, "prompt-guard": prompt_guard}
