@@ -11,7 +11,7 @@ import sys
 from aiohttp import web
 
 from controlplane.app import create_app
-from controlplane.catalog import SAMPLE_CATALOG, import_catalog_file
+from controlplane.catalog import SAMPLE_CATALOG, CatalogError, import_catalog_file
 from controlplane.config import Settings
 from controlplane.db import make_engine, migrate
 
@@ -55,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "migrate":
         print(f"schema version {asyncio.run(_migrate(settings))}")
         return 0
-    counts = asyncio.run(_import(settings, args.file))
+    try:
+        counts = asyncio.run(_import(settings, args.file))
+    except (CatalogError, OSError) as exc:
+        print(f"sr-controlplane: {exc}", file=sys.stderr)
+        return 2
     json.dump(counts, sys.stdout)
     print()
     return 0

@@ -157,7 +157,7 @@ KM=(keystone-manage --config-file "$RUN/keystone/keystone.conf")
     --bootstrap-project-name admin --bootstrap-role-name admin --bootstrap-region-id RegionOne \
     --bootstrap-public-url "http://127.0.0.1:$KEYSTONE_PORT/v3/"
 } >"$RUN/keystone/setup.log" 2>&1 || fail "keystone setup failed"
-OS_KEYSTONE_CONFIG_FILES="$RUN/keystone/keystone.conf" gunicorn -w 1 -b "127.0.0.1:$KEYSTONE_PORT" \
+OS_KEYSTONE_CONFIG_FILES="$RUN/keystone/keystone.conf" gunicorn -w 1 --timeout 20 -b "127.0.0.1:$KEYSTONE_PORT" \
   --chdir "$RUN/keystone" ks_wsgi:application >"$RUN/keystone/gunicorn.log" 2>&1 &
 echo "keystone $!" >> "$RUN/pids"
 wait_for 60 keystone curl -m 2 -sf "http://127.0.0.1:$KEYSTONE_PORT/v3"

@@ -1,0 +1,155 @@
+"""GET /deployments (pagination, catalog snapshot) and GET /deployments/{id} (live KServe status)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.controlplane.conftest import Api, Cluster, Project, triton, vllm
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_list_pages_newest_first_and_reports_total_page_and_page_size(api: Api, project: Project) -> None:
+    made = [(await api.create(project.member, **triton(f"p{i}")))["id"] for i in range(5)]
+    newest_first = list(reversed(made))
+    _, body = await api.call("GET", "/deployments?page=2&page_size=2", project.member, expect=200)
+    assert (body["total"], body["page"], body["page_size"]) == (5, 2, 2)
+    # created within the same second: order by time then id; compare as sets per page boundary
+    _, everything = await api.call("GET", "/deployments", project.member, expect=200)
+    ids = [d["id"] for d in everything["items"]]
+    assert sorted(ids) == sorted(newest_first)
+    assert [d["id"] for d in body["items"]] == ids[2:4]
+
+
+@pytest.mark.parametrize(
+    ("query", "page", "page_size", "count"),
+    [
+        ("", 1, 0, 3),
+        ("?page_size=0", 1, 0, 3),
+        ("?page=0&page_size=2", 1, 2, 2),
+        ("?page=-5&page_size=2", 1, 2, 2),
+        ("?page_size=1000", 1, 200, 3),
+        ("?page=3&page_size=2", 3, 2, 0),
+        ("?page=abc&page_size=xyz", 1, 0, 3),
+    ],
+)
+async def test_list_pagination_rules(
+    api: Api, project: Project, query: str, page: int, page_size: int, count: int
+) -> None:
+    for i in range(3):
+        await api.create(project.member, **triton(f"q{i}"))
+    _, body = await api.call("GET", "/deployments" + query, project.member, expect=200)
+    assert (body["page"], body["page_size"], body["total"], len(body["items"])) == (page, page_size, 3, count)
+
+
+async def test_list_items_carry_no_live_ready_or_conditions(api: Api, project: Project, cluster: Cluster) -> None:
+    d = await api.create(project.member, **vllm("live"))
+    await cluster.set_status("LLMInferenceService", project.ns, "live",
+                             {"conditions": [{"type": "Ready", "status": "True"}]})
+    await api.call("GET", "/deployments/{id}", project.member, expect=200, id=d["id"])
+    _, body = await api.call("GET", "/deployments", project.member, expect=200)
+    (item,) = body["items"]
+    assert "ready" not in item and "conditions" not in item
+    assert item["status"] == "ready"  # the snapshot the detail view refreshed
+
+
+async def test_list_shows_only_the_callers_project_and_everything_to_a_global_reader(
+    api: Api, project: Project, other_project: Project, admin_token: str
+) -> None:
+    mine = await api.create(project.member, **triton("mine"))
+    theirs = await api.create(other_project.member, **triton("theirs"))
+    _, body = await api.call("GET", "/deployments", project.reader, expect=200)
+    assert [d["id"] for d in body["items"]] == [mine["id"]]
+    _, body = await api.call("GET", "/deployments", admin_token, expect=200)
+    ids = {d["id"] for d in body["items"]}
+    assert {mine["id"], theirs["id"]} <= ids and body["total"] >= 2
+
+
+async def test_list_errors_401_403_and_500(api: Api, api_broken: Api, project: Project) -> None:
+    _, err = await api.call("GET", "/deployments", None, expect=401)
+    assert err["error"] == "unauthorized"
+    _, err = await api.call("GET", "/deployments", "not-a-token", expect=401)
+    assert err["error"] == "unauthorized"
+    _, err = await api.call("GET", "/deployments", project.observer, expect=403)
+    assert err["error"] == "forbidden"
+    _, err = await api_broken.call("GET", "/deployments", project.member, expect=500)
+    assert err == {"error": "internal_error", "message": "listing deployments failed"}
+
+
+async def test_detail_follows_kserve_from_pending_to_ready_with_endpoint_only_once_reported(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    d = await api.create(project.member, **vllm("qwen"))
+    _, body = await api.call("GET", "/deployments/{id}", project.member, expect=200, id=d["id"])
+    assert body["status"] == "pending" and "ready" not in body and "endpoint" not in body["spec"]
+
+    await cluster.set_status("LLMInferenceService", project.ns, "qwen", {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "MinimumReplicasUnavailable", "message": "0/1",
+         "lastTransitionTime": "2026-09-21T00:01:00Z"}]})
+    _, body = await api.call("GET", "/deployments/{id}", project.member, expect=200, id=d["id"])
+    assert (body["status"], body["ready"]) == ("pending", "False")
+    assert body["conditions"] == [{"type": "Ready", "status": "False", "reason": "MinimumReplicasUnavailable",
+                                   "message": "0/1", "lastTransitionTime": "2026-09-21T00:01:00Z"}]
+    assert "endpoint" not in body["spec"]
+
+    url = f"http://qwen-kserve-workload-svc.{project.ns}.svc.cluster.local:8000"
+    await cluster.set_status("LLMInferenceService", project.ns, "qwen", {
+        "conditions": [{"type": "Ready", "status": "True"}], "addresses": [{"url": url}]})
+    _, body = await api.call("GET", "/deployments/{id}", project.member, expect=200, id=d["id"])
+    assert (body["status"], body["ready"], body["stopped"]) == ("ready", "True", False)
+    assert body["spec"]["endpoint"] == url
+    assert body["conditions"] == [{"type": "Ready", "status": "True"}]
+
+
+async def test_detail_reads_inferenceservice_status_address(api: Api, project: Project, cluster: Cluster) -> None:
+    d = await api.create(project.member, **triton("emb"))
+    url = f"http://emb-predictor.{project.ns}.svc.cluster.local"
+    await cluster.set_status("InferenceService", project.ns, "emb", {
+        "conditions": [{"type": "PredictorReady", "status": "True"}, {"type": "Ready", "status": "True"}],
+        "address": {"url": url}})
+    _, body = await api.call("GET", "/deployments/{id}", project.member, expect=200, id=d["id"])
+    assert body["status"] == "ready" and body["spec"]["endpoint"] == url
+    assert [c["type"] for c in body["conditions"]] == ["PredictorReady", "Ready"]
+
+
+async def test_ready_without_a_reported_service_has_no_endpoint(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    d = await api.create(project.member, **vllm("nosvc"))
+    await cluster.set_status("LLMInferenceService", project.ns, "nosvc",
+                             {"conditions": [{"type": "Ready", "status": "True"}]})
+    _, body = await api.call("GET", "/deployments/{id}", project.member, expect=200, id=d["id"])
+    assert body["status"] == "ready" and "endpoint" not in body["spec"]
+
+
+async def test_detail_falls_back_to_the_catalog_when_the_workload_cannot_be_read(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    d = await api.create(project.member, **vllm("fallback"))
+    with cluster.apiserver_down():
+        _, body = await api.call("GET", "/deployments/{id}", project.member, expect=200, id=d["id"])
+    assert body["id"] == d["id"] and body["status"] == "pending"
+    assert "ready" not in body and "conditions" not in body
+    await cluster.delete("LLMInferenceService", project.ns, "fallback")
+    _, body = await api.call("GET", "/deployments/{id}", project.member, expect=200, id=d["id"])
+    assert body["id"] == d["id"] and "ready" not in body
+
+
+async def test_detail_errors_401_403_404_and_500(api: Api, api_broken: Api, project: Project) -> None:
+    d = await api.create(project.member, **triton())
+    _, err = await api.call("GET", "/deployments/{id}", None, expect=401, id=d["id"])
+    assert err["error"] == "unauthorized"
+    _, err = await api.call("GET", "/deployments/{id}", project.observer, expect=403, id=d["id"])
+    assert err["error"] == "forbidden"
+    _, err = await api.call("GET", "/deployments/{id}", project.member, expect=404, id="deployment-nope")
+    assert err["error"] == "not_found"
+    _, err = await api_broken.call("GET", "/deployments/{id}", project.member, expect=500, id=d["id"])
+    assert err == {"error": "internal_error", "message": "reading the deployment failed"}
+
+
+async def test_admin_with_global_read_reads_another_projects_deployment(
+    api: Api, project: Project, admin_token: str
+) -> None:
+    d = await api.create(project.member, **triton())
+    _, body = await api.call("GET", "/deployments/{id}", admin_token, expect=200, id=d["id"])
+    assert body["projectId"] == project.id

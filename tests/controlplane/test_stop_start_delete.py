@@ -1,0 +1,162 @@
+"""POST .../stop, POST .../start and DELETE /deployments/{id}, with the test playing KServe's pods."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from controlplane.db import deployments, make_engine
+from tests.controlplane.conftest import Api, Cluster, Project, triton, vllm
+
+pytestmark = pytest.mark.asyncio
+STOP, START, ONE = "/deployments/{id}/stop", "/deployments/{id}/start", "/deployments/{id}"
+ANN = "serving.kserve.io/stop"
+
+
+async def test_stop_is_stopping_while_pods_remain_and_stopped_once_they_have_exited(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    d = await api.create(project.member, **vllm("stopme", replicas=2))
+    url = "http://stopme.svc"
+    await cluster.set_status("LLMInferenceService", project.ns, "stopme", {
+        "conditions": [{"type": "Ready", "status": "True"}], "addresses": [{"url": url}]})
+    pods = [await cluster.add_pod("LLMInferenceService", project.ns, "stopme", i) for i in range(2)]
+    await api.call("GET", ONE, project.member, expect=200, id=d["id"])
+
+    _, body = await api.call("POST", STOP, project.member, expect=200, id=d["id"])
+    assert (body["status"], body["stopped"]) == ("stopping", False)
+    assert body["spec"]["endpoint"] == url and body["spec"]["replicas"] == 2
+    obj = await cluster.get("LLMInferenceService", project.ns, "stopme")
+    assert obj is not None and obj["metadata"]["annotations"][ANN] == "true"
+    assert obj["spec"]["replicas"] == 2  # configuration kept for the next start
+
+    await cluster.remove_pod(project.ns, pods[0])
+    _, body = await api.call("GET", ONE, project.member, expect=200, id=d["id"])
+    assert (body["status"], body["stopped"]) == ("stopping", False)
+    await cluster.remove_pod(project.ns, pods[1])
+    _, body = await api.call("GET", ONE, project.member, expect=200, id=d["id"])
+    assert (body["status"], body["stopped"]) == ("stopped", True)
+    assert "endpoint" not in body["spec"]
+
+
+async def test_stop_without_pods_is_stopped_at_once_and_start_makes_it_pending(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    d = await api.create(project.member, **triton("idle", replicas=3))
+    _, body = await api.call("POST", STOP, project.member, expect=200, id=d["id"])
+    assert (body["status"], body["stopped"]) == ("stopped", True)
+    _, body = await api.call("POST", START, project.member, expect=200, id=d["id"])
+    assert (body["status"], body["stopped"]) == ("pending", False)
+    obj = await cluster.get("InferenceService", project.ns, "idle")
+    assert obj is not None and obj["metadata"]["annotations"][ANN] == "false"
+    assert obj["spec"]["predictor"]["minReplicas"] == 3
+
+
+async def test_a_runtime_update_while_stopped_keeps_the_deployment_stopped(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    d = await api.create(project.member, **vllm("sleepy"))
+    await api.call("POST", STOP, project.member, expect=200, id=d["id"])
+    _, body = await api.call("PATCH", ONE, project.member, json={"replicas": 2}, expect=200, id=d["id"])
+    assert (body["status"], body["stopped"]) == ("stopped", True)
+    obj = await cluster.get("LLMInferenceService", project.ns, "sleepy")
+    assert obj is not None and obj["metadata"]["annotations"][ANN] == "true" and obj["spec"]["replicas"] == 2
+
+
+@pytest.mark.parametrize("path", [STOP, START])
+async def test_stop_and_start_status_codes(
+    api: Api, api_nokube: Api, api_broken: Api, project: Project, cluster: Cluster, path: str
+) -> None:
+    d = await api.create(project.member, **vllm())
+    name = d["spec"]["k8sName"]
+    _, err = await api.call("POST", path, None, expect=401, id=d["id"])
+    _, err = await api.call("POST", path, project.unscoped, expect=401, id=d["id"])
+    _, err = await api.call("POST", path, project.reader, expect=403, id=d["id"])
+    assert err["error"] == "forbidden"
+    _, err = await api.call("POST", path, project.member, expect=404, id="deployment-nope")
+    _, err = await api_nokube.call("POST", path, project.member, expect=503, id=d["id"])
+    assert err["error"] == "unavailable"
+    catalog_only = await api_nokube.create(project.member, **vllm())
+    _, err = await api.call("POST", path, project.member, expect=422, id=catalog_only["id"])
+    assert err["error"] == "invalid_backend"
+    _, err = await api_broken.call("POST", path, project.member, expect=500, id=d["id"])
+    assert err["error"] == "internal_error"
+    with cluster.apiserver_down():
+        _, err = await api.call("POST", path, project.member, expect=502, id=d["id"])
+        assert err["error"] == "backend_unavailable"
+    async with cluster.rbac_revoked():
+        _, err = await api.call("POST", path, project.member, expect=403, id=d["id"])
+        assert "Kubernetes refused" in err["message"]
+    await cluster.delete("LLMInferenceService", project.ns, name)
+    await cluster.create("LLMInferenceService", project.ns, name)
+    _, err = await api.call("POST", path, project.member, expect=409, id=d["id"])
+    assert err["error"] == "conflict"
+    obj = await cluster.get("LLMInferenceService", project.ns, name)
+    assert obj is not None and ANN not in (obj["metadata"].get("annotations") or {})
+    await cluster.delete("LLMInferenceService", project.ns, name)
+    _, err = await api.call("POST", path, project.member, expect=404, id=d["id"])
+    assert err["error"] == "not_found"
+
+
+async def test_delete_removes_the_workload_first_then_marks_the_record_deleted(
+    api: Api, project: Project, cluster: Cluster, catalog_db: str
+) -> None:
+    d = await api.create(project.member, **vllm("bye"))
+    _, body = await api.call("DELETE", ONE, project.member, expect=204, id=d["id"])
+    assert body is None
+    assert await cluster.get("LLMInferenceService", project.ns, "bye") is None
+    await api.call("GET", ONE, project.member, expect=404, id=d["id"])
+    _, listing = await api.call("GET", "/deployments", project.member, expect=200)
+    assert listing["total"] == 0
+    engine = make_engine(catalog_db)
+    async with engine.connect() as conn:
+        row = (await conn.execute(sa.select(deployments).where(deployments.c.id == d["id"]))).one()
+    await engine.dispose()
+    assert row.deleted_at is not None  # marked deleted, not erased
+    again = await api.create(project.member, **vllm("bye"))  # the name is free again
+    assert again["id"] != d["id"]
+    await api.call("DELETE", ONE, project.member, expect=404, id=d["id"])
+
+
+async def test_delete_succeeds_when_the_workload_is_already_gone(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    d = await api.create(project.member, **vllm("vanished"))
+    await cluster.delete("LLMInferenceService", project.ns, "vanished")
+    await api.call("DELETE", ONE, project.member, expect=204, id=d["id"])
+
+
+async def test_delete_failures_keep_both_the_record_and_the_workload(
+    api: Api, api_broken: Api, project: Project, cluster: Cluster
+) -> None:
+    d = await api.create(project.member, **vllm("stay"))
+    with cluster.apiserver_down():
+        _, err = await api.call("DELETE", ONE, project.member, expect=502, id=d["id"])
+        assert err["error"] == "backend_unavailable"
+    async with cluster.rbac_revoked():
+        _, err = await api.call("DELETE", ONE, project.member, expect=403, id=d["id"])
+        assert err["error"] == "forbidden"
+    await api.call("GET", ONE, project.member, expect=200, id=d["id"])
+    assert await cluster.get("LLMInferenceService", project.ns, "stay") is not None
+    await cluster.delete("LLMInferenceService", project.ns, "stay")
+    await cluster.create("LLMInferenceService", project.ns, "stay")
+    _, err = await api.call("DELETE", ONE, project.member, expect=409, id=d["id"])
+    assert err["error"] == "conflict"
+    assert await cluster.get("LLMInferenceService", project.ns, "stay") is not None
+    await api.call("GET", ONE, project.member, expect=200, id=d["id"])
+    _, err = await api.call("DELETE", ONE, None, expect=401, id=d["id"])
+    _, err = await api.call("DELETE", ONE, project.unscoped, expect=401, id=d["id"])
+    _, err = await api.call("DELETE", ONE, project.reader, expect=403, id=d["id"])
+    _, err = await api_broken.call("DELETE", ONE, project.member, expect=500, id=d["id"])
+    assert err == {"error": "internal_error", "message": "deleting the deployment failed"}
+
+
+async def test_delete_after_the_kubernetes_outage_leaves_catalog_and_cluster_consistent(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    d = await api.create(project.member, **triton("later"))
+    with cluster.apiserver_down():
+        await api.call("DELETE", ONE, project.member, expect=502, id=d["id"])
+    await api.call("DELETE", ONE, project.member, expect=204, id=d["id"])
+    assert await cluster.get("InferenceService", project.ns, "later") is None
+    await api.call("GET", ONE, project.member, expect=404, id=d["id"])
