@@ -174,10 +174,10 @@ def _chars_per_token(tokenize: Tokenize, structure: _Structure) -> tuple[float |
 
 # The joined probe texts are checked at every JOINED_STRIDE-th cut point: their cost grows with
 # the square of their length, and each kind is also checked alone at every cut.
-JOINED_STRIDE = 3
+JOINED_STRIDE = 5
 
 
-def _probe_texts(tokenizer: Tokenizer) -> list[tuple[str, int]]:
+def _probe_texts(tokenizer: Tokenizer, unknown: int | None) -> list[tuple[str, int]]:
     """Every boundary kind alone, all joined, and joined backwards without added tokens.
 
     Each text comes with the stride at which its cut points are checked.
@@ -190,8 +190,41 @@ def _probe_texts(tokenizer: Tokenizer) -> list[tuple[str, int]]:
     texts.append(("\n".join(kinds.values()), JOINED_STRIDE))
     plain = [text for name, text in kinds.items() if "special_tokens" not in name]
     texts.append((" ".join(reversed(plain)), JOINED_STRIDE))
-    texts.extend((text, 1) for text in probe_texts.class_run_texts().values())
+    known = _known_boundary_characters(tokenizer, unknown)
+    texts.extend((text, 1) for text in probe_texts.class_run_texts(known).values())
     return texts
+
+
+# Candidates per boundary class for the class-run probes, most common first; the first
+# KNOWN_PER_CLASS that the tokenizer reads without its unknown token are used.
+CANDIDATES = {
+    CutClass.SPACE: " ",
+    CutClass.WHITESPACE: "\n\u3000\t\u00a0",
+    CutClass.PUNCTUATION: "-、.。,…!?_'\"()[]{}",
+    CutClass.SYMBOL: "+→$€=©<°>|~^`😀",
+    CutClass.IDEOGRAPH: "的一是中人国大",
+    CutClass.KANA: "のあいうカタナ",
+    CutClass.HANGUL: "가이다한국어나는",
+}
+# ASCII and non-ASCII alternate above: BERT splits ASCII symbols but not "→" or "€".
+KNOWN_PER_CLASS = 4
+
+
+def _known_boundary_characters(tokenizer: Tokenizer, unknown: int | None) -> tuple[str, ...]:
+    """A few boundary characters of each class that the tokenizer reads as known tokens."""
+    picked: list[str] = []
+    for candidates in CANDIDATES.values():
+        known = [ch for ch in candidates if unknown not in tokenizer.encode(ch, add_special_tokens=False).ids]
+        picked.extend(known[:KNOWN_PER_CLASS])
+    return tuple(picked)
+
+
+def _unknown_id(tokenizer: Tokenizer, config: Mapping[str, Any]) -> int | None:
+    model = config.get("model", {})
+    if model.get("unk_id") is not None:
+        return int(model["unk_id"])
+    token = model.get("unk_token")
+    return None if token is None else tokenizer.token_to_id(str(token))
 
 
 class _Prober:
@@ -262,7 +295,7 @@ def probe(tokenizer: Tokenizer) -> Facts:
         disabled.extend(structure.whole_only)
         return Facts(frozenset(), False, structure.lookback, chars_per_token, structure.strip_tokens, tuple(disabled))
     prober = _Prober(tokenizer, structure.lookback)
-    texts = _probe_texts(tokenizer)
+    texts = _probe_texts(tokenizer, _unknown_id(tokenizer, config))
     classes: set[CutClass] = set()
     for cls in CutClass:
         failure = prober.class_failure(cls, texts)

@@ -172,11 +172,16 @@ CLASS_RUN_UNITS = (
 CLASS_RUN_LENGTH = 120
 
 
-def class_run_texts() -> dict[str, str]:
-    """One text per unit: a word, the unit repeated to CLASS_RUN_LENGTH characters, a word."""
+def class_run_texts(extra_units: tuple[str, ...] = ()) -> dict[str, str]:
+    """One text per unit: a word, the unit repeated to CLASS_RUN_LENGTH characters, a word.
+
+    ``extra_units`` are boundary characters the tokenizer has in its vocabulary: a run of
+    known characters is split into pieces when short but may become one unknown token when
+    long (WordPiece over 100 characters), which a run of unknown characters never shows.
+    """
     return {
         f"class_run_{index}": f"word {_repeat(unit, CLASS_RUN_LENGTH)} x{_repeat(unit, 40)}y end"
-        for index, unit in enumerate(CLASS_RUN_UNITS)
+        for index, unit in enumerate((*CLASS_RUN_UNITS, *extra_units))
     }
 
 

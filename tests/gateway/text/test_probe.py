@@ -132,3 +132,20 @@ def test_the_envelope_is_the_tokenizers_special_token_frame(tokenizers_by_kind: 
         expected["minilm"] = ([101], [102])
     for kind, envelope in expected.items():
         assert TextEncoder(tokenizers_by_kind[kind]).envelope == envelope
+
+
+@pytest.mark.parametrize("unit", ["가", "→", "カ", "€"])
+def test_wordpiece_keeps_no_piece_of_a_word_that_becomes_unknown_when_long(
+    tokenizers_by_kind: dict[str, Tokenizer], unit: str
+) -> None:
+    # Found by the property test: BERT does not split Hangul, kana or non-ASCII symbols, so a
+    # cut inside a long run of them kept pieces of what the whole text reads as one [UNK].
+    if "minilm" not in tokenizers_by_kind:
+        pytest.skip("MiniLM's package is not installed")
+    tokenizer = plain(tokenizers_by_kind["minilm"])
+    # The run starts just before the first cut (reach(1) = 1,030) and is over 100 characters.
+    text = "word " * 200 + unit * 245 + " end" + " word" * 600
+    whole = tokenize_with(tokenizer)(text)
+    for need in (1, 2, 3, 4, 5):
+        reading = read(text, need, tokenize_with(tokenizer), lambda: facts_for(tokenizer))
+        assert reading.ids == whole.ids[: len(reading.ids)]
