@@ -1,0 +1,310 @@
+"""POST /v1/rerank — score documents against one query; results sorted by relevance (Cohere/Jina shape).
+
+Two kinds of card (`rerank.kind`):
+- bi-encoder: the query and every document are embedded (one Triton request each); logit = cosine of the two
+  vectors, relevance_score = (1 + cosine) / 2, which keeps the order of cosine and lands in [0, 1].
+- cross-encoder: one Triton request per (query, document) pair, framed by the tokenizer with token type ids; the
+  model's one LOGITS value is the logit and relevance_score = sigmoid(logit).
+Every document is its own Triton request, so the dynamic batcher mixes them with other traffic and a failing
+document (empty, too long, deadline) fails alone; failed documents come last and are never cut by top_n.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from aiohttp import web
+from pydantic import Field, StrictBool, StrictInt, StrictStr
+from tokenizers import Tokenizer
+
+from ..errors import ApiError, ItemError
+from ..runtime import Runtime, ServedModel
+from ..text import Encoded, InputTooLong, TextEncoder, UnsupportedTokenizer
+from ..text.envelope import Layout, pair_layout
+from .common import Call, Strict, parse, response_meta, surface
+from .forward import Job, forward
+
+INLINE_CHARS = 16 * 1024  # requests with more text than this are tokenized on a worker thread
+
+
+class RerankOptions(Strict):
+    overflow: Literal["reject", "truncate"] = "reject"
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    deadline_ms: float | StrictInt | None = Field(default=None, gt=0)
+    return_meta: StrictBool = False
+
+
+class RerankRequest(Strict):
+    model: StrictStr | None = None
+    query: StrictStr = Field(min_length=1)
+    documents: list[StrictStr] = Field(min_length=1)
+    top_n: StrictInt | None = Field(default=None, ge=1)
+    return_documents: StrictBool = False
+    options: RerankOptions = RerankOptions()
+
+
+@dataclass(frozen=True)
+class _Encoders:
+    """A model's text encoder and pair frame, built once: building them parses and probes the tokenizer."""
+
+    tokenizer: Tokenizer  # the one they were built from; a reloaded tokenizer rebuilds them
+    text: TextEncoder
+    pair: Layout | None
+
+
+# ServedModel has no slot for a TextEncoder, so they are cached here by model id.
+_ENCODERS: dict[str, _Encoders] = {}
+
+
+def _encoders(model: ServedModel) -> _Encoders:
+    tokenizer = model.tokenizer
+    assert tokenizer is not None, "a ready model has its tokenizer"
+    cached = _ENCODERS.get(model.id)
+    if cached is None or cached.tokenizer is not tokenizer:
+        cached = _Encoders(tokenizer, TextEncoder(tokenizer), pair_layout(tokenizer))
+        _ENCODERS[model.id] = cached
+        # Long inputs need the tokenizer's probe facts (seconds to compute): probe now, off the event loop, so
+        # the first long input does not stall every request. Reading them meanwhile waits for this probe.
+        threading.Thread(target=lambda: cached.text.facts, name=f"probe-{model.id}", daemon=True).start()
+    return cached
+
+
+def _usage(enc: Encoded) -> dict[str, Any]:
+    out: dict[str, Any] = {"tokens": enc.tokens, "processed_tokens": len(enc.ids), "truncated": enc.truncated}
+    if enc.tokens_lower_bound:
+        out["tokens_lower_bound"] = True
+    return out
+
+
+def _content(enc: Encoded) -> list[int]:
+    """The ids of the text itself, without the special-token frame."""
+    return [i for i, s in zip(enc.ids, enc.sequence_ids, strict=True) if s is not None]
+
+
+def _content_offsets(enc: Encoded) -> list[tuple[int, int]]:
+    return [o for o, s in zip(enc.offsets, enc.sequence_ids, strict=True) if s is not None]
+
+
+def _budget(req: RerankRequest, model: ServedModel) -> int:
+    """Request-level checks against the card; returns the token budget (special tokens included)."""
+    limits = model.card.limits
+    if len(req.documents) > limits.max_inputs:
+        raise ApiError("invalid_request", f"documents has {len(req.documents)} items; model {model.id} takes at "
+                                          f"most {limits.max_inputs} per request")
+    budget = limits.max_input_tokens
+    if req.options.max_tokens is not None:
+        if req.options.max_tokens > budget:
+            raise ApiError("invalid_request", f"options.max_tokens {req.options.max_tokens} exceeds model "
+                                              f"{model.id}'s max_input_tokens {budget}")
+        budget = req.options.max_tokens
+    return budget
+
+
+def _sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def _finite(x: float) -> float:
+    if not math.isfinite(x):
+        raise ApiError("internal_error", "the model produced a non-finite number")
+    return x
+
+
+# -- bi-encoder ---------------------------------------------------------------------------------------------------
+def _bi_jobs(req: RerankRequest, encoders: _Encoders, budget: int,
+             ) -> tuple[Job, Encoded, list[Job], list[Encoded | None]]:
+    """The query's job and one job per document; an over-long query fails the whole request (nothing to rank)."""
+    overflow = req.options.overflow
+    try:
+        query = encoders.text.encode(req.query, max_tokens=budget, overflow=overflow)
+    except InputTooLong as exc:
+        raise ApiError("invalid_request", f"query: {exc.message}") from exc
+    jobs: list[Job] = []
+    encoded: list[Encoded | None] = []
+    for doc in req.documents:
+        if not doc:
+            jobs.append(Job([], error=ItemError("invalid_input", "the document is an empty string")))
+            encoded.append(None)
+            continue
+        try:
+            enc = encoders.text.encode(doc, max_tokens=budget, overflow=overflow)
+        except InputTooLong as exc:
+            jobs.append(Job([], error=ItemError(exc.code, exc.message)))
+            encoded.append(None)
+            continue
+        jobs.append(Job(enc.ids))
+        encoded.append(enc)
+    return Job(query.ids), query, jobs, encoded
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
+    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+    cos = _finite(float(a @ b) / max(norm, 1e-12))
+    return min(1.0, max(-1.0, cos))
+
+
+# -- cross-encoder ------------------------------------------------------------------------------------------------
+def _pair(encoders: _Encoders, query: str, whole_query: Encoded | None, doc: str, budget: int,
+          overflow: Literal["reject", "truncate"]) -> Encoded:
+    """One (query, document) pair within the budget; truncation keeps the query whole when it can.
+
+    `encode_pair` cuts the longer side first, which keeps a query within half the room whole; a longer query that
+    still fits with room to spare (`whole_query`) is kept whole here by cutting only the document.
+    """
+    pair = encoders.text.encode_pair(query, doc, max_tokens=budget, overflow=overflow)
+    layout = encoders.pair
+    if not pair.truncated or whole_query is None or layout is None:
+        return pair
+    query_ids = _content(whole_query)
+    if sum(1 for s in pair.sequence_ids if s == 0) == len(query_ids):
+        return pair  # the query is already whole
+    single = sum(len(group) for group in encoders.text.envelope)
+    room = budget - layout.size - len(query_ids)  # document tokens left beside the whole query
+    doc_part = encoders.text.encode(doc, max_tokens=room + single, overflow="truncate")
+    ids, type_ids, sequence_ids = layout.frame([query_ids, _content(doc_part)])
+    offsets = ([(0, 0)] * len(layout.prefix) + _content_offsets(whole_query) + [(0, 0)] * len(layout.middle)
+               + _content_offsets(doc_part) + [(0, 0)] * len(layout.suffix))
+    return Encoded(ids, offsets, type_ids, sequence_ids, pair.tokens, True, pair.tokens_lower_bound)
+
+
+def _cross_jobs(req: RerankRequest, encoders: _Encoders, budget: int) -> tuple[list[Job], list[Encoded | None]]:
+    """One job per pair; a query that leaves no room for any document fails the request under reject."""
+    layout = encoders.pair
+    if layout is None:
+        raise ApiError("internal_error", "this model's tokenizer does not frame text pairs")
+    overflow = req.options.overflow
+    try:
+        query: Encoded | None = encoders.text.encode(req.query, max_tokens=budget, overflow="truncate")
+    except InputTooLong:  # a budget smaller than the frame
+        query = None
+    whole = query is not None and not query.truncated and len(_content(query)) + layout.size < budget
+    if not whole and overflow == "reject":
+        taken = f"takes {len(_content(query)) + layout.size}" if query is not None and not query.truncated \
+            else "does not fit"
+        raise ApiError("invalid_request", f"query: with a pair's special tokens it {taken} of max_length {budget} "
+                                          "tokens, which leaves no room for a document")
+    jobs: list[Job] = []
+    encoded: list[Encoded | None] = []
+    for doc in req.documents:
+        if not doc:
+            jobs.append(Job([], error=ItemError("invalid_input", "the document is an empty string")))
+            encoded.append(None)
+            continue
+        try:
+            enc = _pair(encoders, req.query, query if whole else None, doc, budget, overflow)
+        except InputTooLong as exc:
+            jobs.append(Job([], error=ItemError(exc.code, exc.message)))
+            encoded.append(None)
+            continue
+        except UnsupportedTokenizer as exc:
+            raise ApiError("internal_error", f"this model's tokenizer cannot frame pairs: {exc}") from exc
+        jobs.append(Job(enc.ids, enc.type_ids))
+        encoded.append(enc)
+    return jobs, encoded
+
+
+# -- the surface --------------------------------------------------------------------------------------------------
+async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call: Call | None = None,
+                 ) -> dict[str, Any]:
+    """The surface's work, apart from HTTP, so a bundle or readiness check can call it too."""
+    timing = call.timing if call is not None else None
+    started = time.perf_counter()
+    spec = model.card.rerank
+    assert spec is not None, "cards that serve rerank have a rerank section"
+    budget = _budget(req, model)
+    encoders = _encoders(model)
+    query_job: Job | None = None
+    query_enc: Encoded | None = None
+    ran_query = False
+    # Long requests are tokenized on a worker thread so they never hold up the event loop.
+    inline = len(req.query) + sum(map(len, req.documents)) <= INLINE_CHARS
+    if spec.kind == "bi-encoder":
+        bi = _bi_jobs(req, encoders, budget) if inline else await asyncio.to_thread(_bi_jobs, req, encoders, budget)
+        query_job, query_enc, jobs, encoded = bi
+        runnable = [j for j in jobs if j.error is None]
+        ran_query = bool(runnable)  # with no document to score, the query need not run
+        everything = [query_job, *jobs] if ran_query else jobs
+    else:
+        jobs, encoded = (_cross_jobs(req, encoders, budget) if inline
+                         else await asyncio.to_thread(_cross_jobs, req, encoders, budget))
+        everything = jobs
+    if timing is not None:
+        timing.add("tokenize", started)
+    queue_ms, forward_ms = await forward(runtime, model, everything, deadline_ms=req.options.deadline_ms,
+                                         timing=timing)
+    mark = time.perf_counter()
+
+    input_tokens = 0
+    query_error: ItemError | None = None
+    if ran_query and query_job is not None and query_enc is not None:
+        if query_job.result is None:
+            why = query_job.error or ItemError("invalid_model_output", "no answer")
+            query_error = ItemError(why.code, f"the query failed: {why.message}")
+        else:
+            input_tokens += query_enc.tokens
+    ranked: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for index, (job, enc) in enumerate(zip(jobs, encoded, strict=True)):
+        error = job.error
+        score = logit = 0.0
+        if error is None and query_error is not None:
+            error = query_error
+        elif error is None and job.result is None:
+            error = ItemError("invalid_model_output", "no answer")
+        elif error is None and job.result is not None:
+            values = job.result.values
+            if query_job is not None:
+                assert query_job.result is not None
+                logit = _cosine(query_job.result.values, values)
+                score = (1.0 + logit) / 2.0
+            elif values.size == 1:
+                logit = _finite(float(values.reshape(-1)[0]))
+                score = _sigmoid(logit)
+            else:
+                error = ItemError("invalid_model_output", f"the model gave {values.size} values for a pair, not 1")
+        if error is not None or enc is None:
+            error = error or ItemError("invalid_model_output", "no answer")
+            failed.append({"index": index, "error": error.code, "message": error.message})
+            runtime.metrics.inputs.labels(model.id, error.code).inc()
+            continue
+        entry: dict[str, Any] = {"index": index, "relevance_score": score, "logit": logit}
+        if req.return_documents:
+            entry["document"] = {"text": req.documents[index]}
+        entry["input"] = _usage(enc)
+        input_tokens += enc.tokens
+        runtime.metrics.inputs.labels(model.id, "ok").inc()
+        ranked.append(entry)
+    # Highest score first; equal scores by logit (sigmoid saturates) and then in request order.
+    ranked.sort(key=lambda e: (-e["relevance_score"], -e["logit"], e["index"]))
+    if req.top_n is not None:
+        ranked = ranked[: req.top_n]
+    response: dict[str, Any] = {"model": model.id, "results": ranked + failed,
+                                "usage": {"input_tokens": input_tokens, "output_tokens": 0}}
+    if req.options.return_meta:
+        response["meta"] = response_meta(model, queue_ms, forward_ms)
+    if timing is not None:
+        timing.add("post", mark)
+    return response
+
+
+@surface("rerank")
+async def create_rerank(call: Call) -> dict[str, Any]:
+    mark = time.perf_counter()
+    req = parse(RerankRequest, call.body)
+    model = call.runtime.resolve(req.model, "rerank")
+    call.timing.add("tokenize", mark)
+    return await rerank(call.runtime, model, req, call)
+
+
+def routes() -> list[web.RouteDef]:
+    return [web.post("/v1/rerank", create_rerank)]
