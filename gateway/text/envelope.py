@@ -87,12 +87,20 @@ def _content(tokenizer: Tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False).ids
 
 
+def _sample(tokenizer: Tokenizer) -> str:
+    """A short text the tokenizer reads to at least one content token (a vocabulary may lack "a")."""
+    for text in ("a", "hello", "0", "x", "中", "."):
+        if _content(tokenizer, text):
+            return text
+    raise UnsupportedTokenizer("the tokenizer reads no sample text to any token")
+
+
 _CHECKS = ("", " ", probe_texts.ENGLISH, probe_texts.SPECIAL_TOKENS, probe_texts.CJK, probe_texts.EMOJI)
 
 
 def single_layout(tokenizer: Tokenizer) -> Layout:
     """The frame of one text, checked on probe texts."""
-    layout = _layout_of(tokenizer.encode("a", add_special_tokens=True), 1)
+    layout = _layout_of(tokenizer.encode(_sample(tokenizer), add_special_tokens=True), 1)
     for text in _CHECKS:
         framed = tokenizer.encode(text, add_special_tokens=True)
         ids, type_ids, _ = layout.frame([_content(tokenizer, text)])
@@ -104,7 +112,8 @@ def single_layout(tokenizer: Tokenizer) -> Layout:
 def pair_layout(tokenizer: Tokenizer) -> Layout | None:
     """The frame of a text pair, checked on probe pairs; None when pairs are not framed alike."""
     try:
-        layout = _layout_of(tokenizer.encode("a", "b", add_special_tokens=True), 2)
+        sample = _sample(tokenizer)
+        layout = _layout_of(tokenizer.encode(sample, sample, add_special_tokens=True), 2)
         for first, second in zip(_CHECKS, reversed(_CHECKS), strict=True):
             framed = tokenizer.encode(first, second, add_special_tokens=True)
             ids, type_ids, _ = layout.frame([_content(tokenizer, first), _content(tokenizer, second)])

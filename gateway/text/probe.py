@@ -29,9 +29,10 @@ from gateway.text import probe_texts
 from gateway.text.chars import RUN_CUT, CutClass, class_pattern, search_forward
 from gateway.text.rules import LOOKBACK, RUN_MARGIN, class_cut_boundary, count_kept, run_cut_boundary
 
-# Composing normalizers can merge several code points into one (a base and two marks, or a
-# Hangul L+V+T sequence); three is the most a token's characters can shrink by.
-COMPOSING = {"NFC": 3, "NFKC": 3, "Precompiled": 3}
+# Composing normalizers merge several code points into one. The longest canonical
+# decomposition of a composed character is four code points (U+1FAF: Omega, dasia,
+# perispomeni, ypogegrammeni; Hangul L+V+T is three), so text shrinks at most fourfold.
+COMPOSING = {"NFC": 4, "NFKC": 4, "Precompiled": 4}
 
 # Normalizers that delete characters (controls, accents, stripped whitespace).
 DELETING = {"BertNormalizer", "StripAccents", "Strip"}

@@ -104,6 +104,7 @@ FOLD_TEXTS = (
     "".join(chr(c) for c in range(1, 32) if chr(c) not in "\t\n\r\x0b\x0c") * 8,
     "\u0301" * 200,
     "e" + "\u0301\u0302\u0303" * 60,
+    "\u03a9\u0314\u0342\u0345" * 50,
     "😀" * 200,
     "👨\u200d👩\u200d👧" * 60,
     "\ue000\ue001\ue002" * 60,

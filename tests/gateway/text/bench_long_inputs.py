@@ -93,6 +93,14 @@ def base64_text() -> str:
     return base64.b64encode(random.Random(2).randbytes(SIZE * 3 // 4)).decode()[:SIZE]
 
 
+def hex_text() -> str:
+    """A boundary-free run: a folding tokenizer (MiniLM) must read it whole."""
+    return random.Random(3).randbytes(SIZE // 2).hex()[:SIZE]
+
+
+TEXTS = {"english": english, "base64": base64_text, "hex": hex_text}
+
+
 def _rss_kb(field: str) -> int:
     with open("/proc/self/status") as status:
         for line in status:
@@ -108,7 +116,7 @@ def run_case(tokenizer_kind: str, text_kind: str, mode: str) -> dict[str, object
     tokenizer = tokenizers_for_tests.BUILDERS[tokenizer_kind]()
     encoder = TextEncoder(tokenizer)
     encoder.encode("warm " * 2000, max_tokens=BUDGET, overflow="truncate")  # probe once
-    text = english() if text_kind == "english" else base64_text()
+    text = TEXTS[text_kind]()
     plain = encoder._tokenizer
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # resets VmHWM, so the peak below is this case's own
@@ -140,7 +148,7 @@ def main() -> None:
         print(json.dumps(run_case(*sys.argv[1:])))
         return
     for tokenizer_kind in ("minilm", "gpt2_bpe"):
-        for text_kind in ("english", "base64"):
+        for text_kind in TEXTS:
             for mode in ("truncate", "reject", "whole"):
                 command = [sys.executable, "-m", "tests.gateway.text.bench_long_inputs"]
                 out = subprocess.run([*command, tokenizer_kind, text_kind, mode], capture_output=True, text=True)

@@ -99,7 +99,7 @@ def test_byte_level_chars_per_token_is_the_longest_vocabulary_entry(tokenizers_b
     assert facts.chars_per_token == max(len(entry) for entry in tokenizer.get_vocab())
     composing = facts_for(plain(tokenizers_by_kind["byte_bpe"]))
     longest = max(len(entry) for entry in tokenizers_by_kind["byte_bpe"].get_vocab())
-    assert composing.chars_per_token == 3 * longest
+    assert composing.chars_per_token == 4 * longest
 
 
 def test_facts_are_probed_once_per_tokenizer_even_under_concurrent_first_use(
