@@ -22,6 +22,7 @@ class _Strict(BaseModel):
 class Limits(_Strict):
     max_input_tokens: int = Field(gt=1)
     max_inputs: int = Field(default=2048, ge=1)
+    max_scan_tokens: int | None = Field(default=None, gt=1)  # most tokens of one input read in windows
 
 
 class EmbeddingSpec(_Strict):
@@ -104,6 +105,11 @@ class Card(BaseModel):
     @property
     def version_dir(self) -> Path:
         return self.directory / str(self.version)
+
+    @property
+    def tokenizer_path(self) -> Path:
+        """A card that reuses another directory's Triton model (`triton_model`) reads that model's tokenizer."""
+        return self.directory.parent / self.triton_name / str(self.version) / self.tokenizer
 
     @property
     def model_sha256(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .readiness import check_golden
+from .readiness import check_golden, prepare_heads
 from .runtime import Runtime, ServedModel
 from .supervisor import TritonProcess
 from .triton import Triton, TritonFailure
@@ -59,6 +59,8 @@ class Lifecycle:
                 "instance_group": config.get("instance_group", []),
             }
             runtime.set_status(model, "warming")
+            await asyncio.to_thread(lambda: model.text_encoder().facts)  # probe the tokenizer's cut rules once
+            await prepare_heads(runtime, model)
             await check_golden(runtime, model)
         except Exception as exc:  # any failure is this model's reason, the process keeps serving
             log.error("model %s failed: %s", model.id, exc)

@@ -9,12 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from tokenizers import Tokenizer
 
 from .cards import Card
 from .errors import ApiError
 from .metrics import Metrics
 from .settings import Settings
+from .text import TextEncoder
 from .triton import Triton
 
 STATUSES = ("starting", "loading", "warming", "ready", "degraded", "failed")
@@ -32,6 +34,8 @@ class ServedModel:
     tokenizer: Tokenizer | None = None
     engine_args: dict[str, Any] = field(default_factory=dict)
     output: str = "EMBEDDING"  # the Triton model's result tensor, read from its config at load
+    label_vectors: dict[str, np.ndarray] = field(default_factory=dict)  # zero-shot heads: [labels, dim] per head
+    _encoder: TextEncoder | None = None
     golden: dict[str, Any] = field(default_factory=lambda: {"status": "pending", "checked": 0, "matched": 0,
                                                             "reference": "cpu"})
     inflight: int = 0
@@ -47,11 +51,19 @@ class ServedModel:
     def load_tokenizer(self) -> Tokenizer:
         """The card's tokenizer with any padding/truncation baked into tokenizer.json switched off:
         budgets are the gateway's job, and must be visible in usage."""
-        tokenizer = Tokenizer.from_file(str(self.card.version_dir / self.card.tokenizer))
+        tokenizer = Tokenizer.from_file(str(self.card.tokenizer_path))
         tokenizer.no_padding()
         tokenizer.no_truncation()
         self.tokenizer = tokenizer
+        self._encoder = TextEncoder(tokenizer)
         return tokenizer
+
+    def text_encoder(self) -> TextEncoder:
+        """Budget-bounded tokenization for this model (its probe facts are computed once, on first use)."""
+        if self._encoder is None:
+            self.load_tokenizer()
+        assert self._encoder is not None
+        return self._encoder
 
 
 class Runtime:

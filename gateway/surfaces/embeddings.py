@@ -16,9 +16,9 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..errors import ApiError, ItemError
 from ..runtime import Runtime, ServedModel
-from .common import Call, Strict, parse, response_meta, surface
+from ..text import Encoded, InputTooLong, TextEncoder
+from .common import Call, Strict, input_usage, off_loop_if_large, parse, response_meta, surface
 from .forward import Job, forward
-from .tokens import Encoded, encode
 
 
 class EmbeddingsOptions(Strict):
@@ -79,6 +79,23 @@ def _vector(values: np.ndarray, dimension: int, normalized: bool, fmt: str) -> A
     return values  # serialised by orjson straight from the float32 array
 
 
+def _encode_all(encoder: TextEncoder, texts: list[str], budget: int, overflow: Literal["reject", "truncate"],
+                ) -> tuple[list[Job], list[Encoded | None]]:
+    jobs: list[Job] = []
+    encoded: list[Encoded | None] = []
+    for text in texts:
+        try:
+            if not text:
+                raise ItemError("invalid_input", "the input is an empty string")
+            enc = encoder.encode(text, max_tokens=budget, overflow=overflow)
+            encoded.append(enc)
+            jobs.append(Job(enc.ids))
+        except (ItemError, InputTooLong) as exc:
+            encoded.append(None)
+            jobs.append(Job([], error=exc if isinstance(exc, ItemError) else ItemError(exc.code, exc.message)))
+    return jobs, encoded
+
+
 async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, call: Call | None = None,
                 ) -> dict[str, Any]:
     """The surface's work, shared by the HTTP handler and the readiness (golden) check."""
@@ -86,17 +103,8 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
     started = time.perf_counter()
     budget, dimension, layer = _check(req, model)
     texts = [req.input] if isinstance(req.input, str) else req.input
-    assert model.tokenizer is not None
-    jobs: list[Job] = []
-    encoded: list[Encoded | None] = []
-    for text in texts:
-        try:
-            enc = encode(model.tokenizer, text, budget, req.options.overflow)
-            encoded.append(enc)
-            jobs.append(Job(enc.ids))
-        except ItemError as exc:
-            encoded.append(None)
-            jobs.append(Job([], error=exc))
+    jobs, encoded = await off_loop_if_large(sum(map(len, texts)), _encode_all, model.text_encoder(), texts, budget,
+                                            req.options.overflow)
     if timing is not None:
         timing.add("tokenize", started)
     queue_ms, forward_ms = await forward(runtime, model, jobs, deadline_ms=req.options.deadline_ms, timing=timing)
@@ -113,7 +121,7 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
             runtime.metrics.inputs.labels(model.id, error.code).inc()
         else:
             entry["embedding"] = _vector(job.result.values, dimension, spec.normalized, req.encoding_format)
-            entry["input"] = item.usage()
+            entry["input"] = input_usage(item)
             prompt_tokens += item.tokens
             runtime.metrics.inputs.labels(model.id, "ok").inc()
         data.append(entry)

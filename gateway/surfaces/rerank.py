@@ -11,9 +11,7 @@ document (empty, too long, deadline) fails alone; failed documents come last and
 
 from __future__ import annotations
 
-import asyncio
 import math
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,10 +25,8 @@ from ..errors import ApiError, ItemError
 from ..runtime import Runtime, ServedModel
 from ..text import Encoded, InputTooLong, TextEncoder, UnsupportedTokenizer
 from ..text.envelope import Layout, pair_layout
-from .common import Call, Strict, parse, response_meta, surface
+from .common import Call, Strict, input_usage, off_loop_if_large, parse, response_meta, surface
 from .forward import Job, forward
-
-INLINE_CHARS = 16 * 1024  # requests with more text than this are tokenized on a worker thread
 
 
 class RerankOptions(Strict):
@@ -58,28 +54,19 @@ class _Encoders:
     pair: Layout | None
 
 
-# ServedModel has no slot for a TextEncoder, so they are cached here by model id.
+# The pair frame is derived once per model (the text encoder itself lives on the served model).
 _ENCODERS: dict[str, _Encoders] = {}
 
 
 def _encoders(model: ServedModel) -> _Encoders:
+    text = model.text_encoder()
     tokenizer = model.tokenizer
-    assert tokenizer is not None, "a ready model has its tokenizer"
+    assert tokenizer is not None
     cached = _ENCODERS.get(model.id)
     if cached is None or cached.tokenizer is not tokenizer:
-        cached = _Encoders(tokenizer, TextEncoder(tokenizer), pair_layout(tokenizer))
+        cached = _Encoders(tokenizer, text, pair_layout(tokenizer))
         _ENCODERS[model.id] = cached
-        # Long inputs need the tokenizer's probe facts (seconds to compute): probe now, off the event loop, so
-        # the first long input does not stall every request. Reading them meanwhile waits for this probe.
-        threading.Thread(target=lambda: cached.text.facts, name=f"probe-{model.id}", daemon=True).start()
     return cached
-
-
-def _usage(enc: Encoded) -> dict[str, Any]:
-    out: dict[str, Any] = {"tokens": enc.tokens, "processed_tokens": len(enc.ids), "truncated": enc.truncated}
-    if enc.tokens_lower_bound:
-        out["tokens_lower_bound"] = True
-    return out
 
 
 def _content(enc: Encoded) -> list[int]:
@@ -226,17 +213,15 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
     query_job: Job | None = None
     query_enc: Encoded | None = None
     ran_query = False
-    # Long requests are tokenized on a worker thread so they never hold up the event loop.
-    inline = len(req.query) + sum(map(len, req.documents)) <= INLINE_CHARS
+    chars = len(req.query) + sum(map(len, req.documents))
     if spec.kind == "bi-encoder":
-        bi = _bi_jobs(req, encoders, budget) if inline else await asyncio.to_thread(_bi_jobs, req, encoders, budget)
+        bi = await off_loop_if_large(chars, _bi_jobs, req, encoders, budget)
         query_job, query_enc, jobs, encoded = bi
         runnable = [j for j in jobs if j.error is None]
         ran_query = bool(runnable)  # with no document to score, the query need not run
         everything = [query_job, *jobs] if ran_query else jobs
     else:
-        jobs, encoded = (_cross_jobs(req, encoders, budget) if inline
-                         else await asyncio.to_thread(_cross_jobs, req, encoders, budget))
+        jobs, encoded = await off_loop_if_large(chars, _cross_jobs, req, encoders, budget)
         everything = jobs
     if timing is not None:
         timing.add("tokenize", started)
@@ -280,7 +265,7 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
         entry: dict[str, Any] = {"index": index, "relevance_score": score, "logit": logit}
         if req.return_documents:
             entry["document"] = {"text": req.documents[index]}
-        entry["input"] = _usage(enc)
+        entry["input"] = input_usage(enc)
         input_tokens += enc.tokens
         runtime.metrics.inputs.labels(model.id, "ok").inc()
         ranked.append(entry)

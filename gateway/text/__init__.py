@@ -5,6 +5,7 @@ only as far as the budget needs, rejects or truncates honestly, and plans window
 """
 
 from gateway.text.encoder import Encoded, Overflow, TextEncoder
+from gateway.text.envelope import Layout
 from gateway.text.errors import InputTooLong, UnsupportedTokenizer
 from gateway.text.probe import Facts
 from gateway.text.windows import Window, plan_windows
@@ -13,6 +14,7 @@ __all__ = [
     "Encoded",
     "Facts",
     "InputTooLong",
+    "Layout",
     "Overflow",
     "TextEncoder",
     "UnsupportedTokenizer",

@@ -90,6 +90,16 @@ class TextEncoder:
         return [s.id for s in self._layout.prefix], [s.id for s in self._layout.suffix]
 
     @property
+    def layout(self) -> Layout:
+        """The special-token frame of one text."""
+        return self._layout
+
+    @property
+    def pair_layout(self) -> Layout | None:
+        """The special-token frame of a text pair; None when the tokenizer does not frame pairs."""
+        return self._pair_layout
+
+    @property
     def chars_per_token(self) -> float | None:
         """Most characters one token covers; None when the tokenizer drops or folds characters."""
         return self.facts.chars_per_token

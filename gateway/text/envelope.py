@@ -98,8 +98,19 @@ def _sample(tokenizer: Tokenizer) -> str:
 _CHECKS = ("", " ", probe_texts.ENGLISH, probe_texts.SPECIAL_TOKENS, probe_texts.CJK, probe_texts.EMOJI)
 
 
+def _unpadded(tokenizer: Tokenizer) -> Tokenizer:
+    """``tokenizer`` itself, or a copy without truncation and padding (which would distort the frame)."""
+    if tokenizer.truncation is None and tokenizer.padding is None:
+        return tokenizer
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy.no_truncation()
+    copy.no_padding()
+    return copy
+
+
 def single_layout(tokenizer: Tokenizer) -> Layout:
     """The frame of one text, checked on probe texts."""
+    tokenizer = _unpadded(tokenizer)
     layout = _layout_of(tokenizer.encode(_sample(tokenizer), add_special_tokens=True), 1)
     for text in _CHECKS:
         framed = tokenizer.encode(text, add_special_tokens=True)
@@ -111,6 +122,7 @@ def single_layout(tokenizer: Tokenizer) -> Layout:
 
 def pair_layout(tokenizer: Tokenizer) -> Layout | None:
     """The frame of a text pair, checked on probe pairs; None when pairs are not framed alike."""
+    tokenizer = _unpadded(tokenizer)
     try:
         sample = _sample(tokenizer)
         layout = _layout_of(tokenizer.encode(sample, sample, add_special_tokens=True), 2)

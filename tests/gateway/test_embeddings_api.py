@@ -14,7 +14,7 @@ from .contract import check
 
 
 def post(http: httpx.Client, body: dict, **kw) -> httpx.Response:  # type: ignore[type-arg]
-    r = http.post("/v1/embeddings", json=body, **kw)
+    r = http.post("/v1/embeddings", json={"model": MODEL, **body}, **kw)
     check("/v1/embeddings", "post", r.status_code, r.json(), r.headers)
     return r
 
@@ -108,6 +108,18 @@ def test_truncate_keeps_the_budget_and_reports_it(http: httpx.Client) -> None:
     assert np.allclose(item["embedding"], kept["embedding"], atol=1e-5)
 
 
+def test_a_long_input_is_read_only_as_far_as_the_budget_needs_and_says_so(http: httpx.Client) -> None:
+    text = "word " * 400_000  # 2 MB: far more than any budget
+    item = post(http, {"input": text, "options": {"overflow": "truncate"}}).json()["data"][0]
+    usage = item["input"]
+    assert usage["processed_tokens"] == 256 and usage["truncated"] is True
+    assert usage.get("tokens_lower_bound") is True and 256 < usage["tokens"] < 400_000
+    kept = post(http, {"input": "word " * 254}).json()["data"][0]
+    assert np.allclose(item["embedding"], kept["embedding"], atol=1e-5)
+    rejected = post(http, {"input": text}).json()["data"][0]
+    assert rejected["error"] == "max_length_exceeded"
+
+
 def test_an_empty_string_fails_alone_and_an_empty_list_fails_the_request(http: httpx.Client) -> None:
     r = post(http, {"input": ["", "ok"]}).json()
     assert r["data"][0]["error"] == "invalid_input" and "embedding" in r["data"][1]
@@ -146,7 +158,20 @@ def test_declared_dimensions_and_layer_are_accepted(http: httpx.Client) -> None:
 def test_an_unknown_model_is_404_listing_the_served_models(http: httpx.Client) -> None:
     r = post(http, {"model": "nope", "input": "x"})
     assert r.status_code == 404
-    assert r.json()["error"] == {"code": "model_not_found", "message": f"this runtime serves {MODEL}, not nope"}
+    assert r.json()["error"]["code"] == "model_not_found"
+    assert r.json()["error"]["message"].startswith("this runtime serves ") and MODEL in r.json()["error"]["message"]
+    assert r.json()["error"]["message"].endswith(", not nope")
+
+
+def test_a_model_that_does_not_serve_embeddings_is_422(http: httpx.Client) -> None:
+    r = post(http, {"model": "pii-rampart", "input": "x"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "unsupported_surface"
+
+
+def test_without_a_model_name_a_multi_model_process_answers_400(http: httpx.Client) -> None:
+    r = http.post("/v1/embeddings", json={"input": "x"})
+    check("/v1/embeddings", "post", 400, r.json(), r.headers)
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("model is required")
 
 
 def test_return_meta_identifies_the_vector_space(http: httpx.Client) -> None:

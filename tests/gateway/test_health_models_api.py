@@ -20,12 +20,19 @@ def test_models_lists_the_card_limits_and_api_version(http: httpx.Client) -> Non
     check("/v1/models", "get", 200, body)
     assert body["api_version"] == document()["info"]["version"]
     assert body["limits"]["max_request_bytes"] == 8_388_608
-    (card,) = body["data"]
+    cards = {c["id"]: c for c in body["data"]}
+    assert set(cards) >= {MODEL, "pii-rampart", "domain-zeroshot"}
+    assert all(c["status"] == "ready" and c["golden"]["status"] == "matched" for c in cards.values())
+    card = cards[MODEL]
     assert card["id"] == MODEL and card["status"] == "ready" and card["ready"] is True
     assert card["golden"] == {"status": "matched", "checked": 2, "matched": 2, "reference": "cpu"}
     assert card["surfaces"] == ["embeddings", "rerank"]
     assert card["rerank"]["kind"] == "bi-encoder"
-    assert card["limits"] == {"max_input_tokens": 256, "max_inputs": 2048}
+    assert card["limits"] == {"max_input_tokens": 256, "max_inputs": 2048, "max_scan_tokens": None}
+    pii = cards["pii-rampart"]["heads"][0]
+    assert pii["kind"] == "token" and pii["overflow"] == "window" and pii["window"] == {"tokens": 512, "overlap": 64}
+    assert cards["domain-zeroshot"]["heads"][0]["zero_shot"] is True
+    assert "CC-BY-4.0" in cards["pii-rampart"]["attribution"]
     assert card["embedding"]["dimensions"] == [384]
     assert card["engine_args"]["max_batch_size"] == 128
     assert card["licence"] == "apache-2.0"
@@ -35,8 +42,10 @@ def test_health_is_200_ready_and_liveness_is_alive(http: httpx.Client) -> None:
     r = http.get("/health")
     check("/health", "get", 200, r.json())
     assert r.status_code == 200
-    assert r.json() == {"api_version": document()["info"]["version"], "status": "ready", "reason": None,
-                        "model": MODEL}
+    body = r.json()
+    assert (body["api_version"], body["status"], body["reason"], body["model"]) == (
+        document()["info"]["version"], "ready", None, None)  # model is null when several are served
+    assert body["models"][MODEL] == {"status": "ready", "reason": None}
     live = http.get("/health/live")
     check("/health/live", "get", 200, live.json())
     assert live.json() == {"api_version": document()["info"]["version"], "status": "alive"}
@@ -49,7 +58,7 @@ def test_openapi_yaml_is_served_verbatim(http: httpx.Client) -> None:
 
 
 def test_metrics_count_requests_phases_batches_and_readiness(http: httpx.Client) -> None:
-    http.post("/v1/embeddings", json={"input": ["metrics probe"]})
+    http.post("/v1/embeddings", json={"model": MODEL, "input": ["metrics probe"]})
     http.post("/v1/embeddings", content=b"{")
     text = http.get("/metrics").text
     assert 'sr_gateway_requests_total{endpoint="embeddings",status="200"}' in text
@@ -68,7 +77,8 @@ def test_concurrent_requests_are_batched_by_triton(gateway_url: str, triton_url:
         before = (await client.get_inference_statistics(MODEL, as_json=True))["model_stats"][0]
         async with httpx.AsyncClient(base_url=gateway_url, timeout=60) as http:
             texts = [f"concurrent request number {i} about topic {i % 7}" for i in range(32)]
-            rs = await asyncio.gather(*(http.post("/v1/embeddings", json={"input": t}) for t in texts))
+            rs = await asyncio.gather(*(http.post("/v1/embeddings", json={"model": MODEL, "input": t})
+                                        for t in texts))
         assert all(r.status_code == 200 for r in rs)
         after = (await client.get_inference_statistics(MODEL, as_json=True))["model_stats"][0]
         await client.close()

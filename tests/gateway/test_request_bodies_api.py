@@ -11,6 +11,7 @@ import httpx
 import pytest
 import zstandard
 
+from .conftest import MODEL
 from .contract import check
 
 LIMIT = 8_388_608  # the default --max-request-bytes
@@ -25,7 +26,7 @@ def raw(http: httpx.Client, content: bytes, **headers: str) -> httpx.Response:
 
 def padded(size: int) -> bytes:
     """A valid request of exactly `size` bytes (padding goes into the ignored `user` member)."""
-    base = b'{"input":"x","user":""}'
+    base = b'{"model":"all-minilm-l6-v2","input":"x","user":""}'
     body = base[:-2] + b"u" * (size - len(base)) + b'"}'
     assert len(body) == size
     return body
@@ -49,7 +50,7 @@ def test_a_body_of_exactly_the_limit_is_accepted_and_one_byte_more_is_413(http: 
 ])
 def test_compressed_bodies_are_decoded_and_the_limit_applies_to_the_decoded_size(http: httpx.Client, coding: str,
                                                                                   compress) -> None:  # type: ignore[no-untyped-def]
-    body = json.dumps({"input": ["compressed request"]}).encode()
+    body = json.dumps({"model": MODEL, "input": ["compressed request"]}).encode()
     ok = raw(http, compress(body), **{"Content-Encoding": coding})
     assert ok.status_code == 200 and len(ok.json()["data"]) == 1
     assert raw(http, compress(padded(LIMIT)), **{"Content-Encoding": coding}).status_code == 200
@@ -75,7 +76,7 @@ def test_a_zstd_frame_with_a_window_over_8_mib_is_415(http: httpx.Client) -> Non
 
 @pytest.mark.parametrize("header", ["br", "deflate", "gzip, gzip", "gzip, zstd", "compress"])
 def test_other_or_stacked_encodings_are_415(http: httpx.Client, header: str) -> None:
-    r = raw(http, gzip.compress(b'{"input":"x"}'), **{"Content-Encoding": header})
+    r = raw(http, gzip.compress(b'{"model":"all-minilm-l6-v2","input":"x"}'), **{"Content-Encoding": header})
     assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
 
 
@@ -97,11 +98,11 @@ def test_malformed_json_is_400(http: httpx.Client, content: bytes, fragment: str
 
 
 def test_an_escaped_surrogate_pair_is_accepted(http: httpx.Client) -> None:
-    assert raw(http, b'{"input": "smile \\ud83d\\ude00"}').status_code == 200
+    assert raw(http, b'{"model": "all-minilm-l6-v2", "input": "smile \\ud83d\\ude00"}').status_code == 200
 
 
 def test_server_timing_has_seven_phases_and_phases_fit_in_total(http: httpx.Client) -> None:
-    r = raw(http, json.dumps({"input": ["timing check", "another one"]}).encode())
+    r = raw(http, json.dumps({"model": MODEL, "input": ["timing check", "another one"]}).encode())
     t = timings(r)
     assert t["forward"] > 0 and t["tokenize"] > 0
     assert sum(t[p] for p in PHASES[:-1]) <= t["total"] + 0.01

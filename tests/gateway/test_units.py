@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2] / "model_repository"
 
 
 def runtime(**settings: object) -> Runtime:
-    cards = discover(REPO)
+    cards = discover(REPO, ["all-minilm-l6-v2"])
     return Runtime(Settings(model_repository=REPO, **settings), cards, Metrics())  # type: ignore[arg-type]
 
 

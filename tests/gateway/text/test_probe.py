@@ -8,7 +8,7 @@ import threading
 import pytest
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 
-from gateway.text import TextEncoder, probe
+from gateway.text import TextEncoder, envelope, probe
 from gateway.text.bounds import read
 from gateway.text.chars import CutClass, class_of
 from gateway.text.probe import Tokens, facts_for, tokenize_with
@@ -130,8 +130,8 @@ def test_the_envelope_is_the_tokenizers_special_token_frame(tokenizers_by_kind: 
     expected = {"byte_bpe": ([], [0]), "gpt2_bpe": ([], [])}
     if "minilm" in tokenizers_by_kind:
         expected["minilm"] = ([101], [102])
-    for kind, envelope in expected.items():
-        assert TextEncoder(tokenizers_by_kind[kind]).envelope == envelope
+    for kind, frame in expected.items():
+        assert TextEncoder(tokenizers_by_kind[kind]).envelope == frame
 
 
 @pytest.mark.parametrize("unit", ["가", "→", "カ", "€"])
@@ -149,3 +149,15 @@ def test_wordpiece_keeps_no_piece_of_a_word_that_becomes_unknown_when_long(
     for need in (1, 2, 3, 4, 5):
         reading = read(text, need, tokenize_with(tokenizer), lambda: facts_for(tokenizer))
         assert reading.ids == whole.ids[: len(reading.ids)]
+
+
+def test_frames_are_read_without_the_callers_truncation_and_padding(tokenizers_by_kind: dict[str, Tokenizer]) -> None:
+    if "minilm" not in tokenizers_by_kind:
+        pytest.skip("MiniLM's package is not installed")
+    shipped = tokenizers_by_kind["minilm"]  # ships with truncation at 128 and fixed padding
+    assert shipped.padding is not None
+    pair = envelope.pair_layout(shipped)
+    assert pair is not None
+    assert [s.id for s in (*pair.prefix, *pair.middle, *pair.suffix)] == [101, 102, 102]
+    assert pair.type_ids == (0, 1)
+    assert TextEncoder(shipped).pair_layout == pair

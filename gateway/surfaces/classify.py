@@ -1,0 +1,276 @@
+"""POST /v1/classify — heads over texts and text pairs: label probabilities, independent scores or token spans.
+
+Inputs longer than their budget are rejected, truncated or read in windows (`options.overflow`, default the head's
+policy). Windows are reduced per label by max (sequence/scores) or, for token heads, by taking every token from the
+window that gives it most context, then decoding spans once over the whole input.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from aiohttp import web
+from pydantic import Field, StrictBool, StrictInt, StrictStr
+
+from ..cards import HeadSpec
+from ..errors import ApiError, ItemError
+from ..heads import best_context_windows, decode_spans, sigmoid, softmax, zero_shot
+from ..runtime import Runtime, ServedModel
+from ..text import InputTooLong, TextEncoder
+from .common import Call, Strict, input_usage, off_loop_if_large, parse, response_meta, surface
+from .forward import Job, forward
+
+Overflow = Literal["reject", "truncate", "window"]
+
+
+class WindowOptions(Strict):
+    tokens: StrictInt = Field(ge=2)
+    overlap: StrictInt = Field(ge=0)
+
+
+class ClassifyOptions(Strict):
+    overflow: Overflow | None = None
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    window: WindowOptions | None = None
+    threshold: float | None = Field(default=None, ge=0, le=1)
+    return_tokens: StrictBool = False
+    deadline_ms: float | StrictInt | None = Field(default=None, gt=0)
+    return_meta: StrictBool = False
+
+
+class Pair(Strict):
+    text: StrictStr
+    text_pair: StrictStr
+
+
+class Grounded(Strict):
+    context: StrictStr
+    question: StrictStr
+    answer: StrictStr
+
+
+class ClassifyRequest(Strict):
+    model: StrictStr | None = None
+    input: StrictStr | list[StrictStr] | list[Pair] | list[Grounded] = Field(min_length=1)
+    head: StrictStr | None = None
+    options: ClassifyOptions = ClassifyOptions()
+
+
+@dataclass
+class Item:
+    """One classify input: its model inputs (one job, or one per window) and what reading it cost."""
+
+    text: str = ""
+    jobs: list[Job] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)  # content-token range of each window
+    offsets: list[list[tuple[int, int]]] = field(default_factory=list)  # per job: code points per id
+    content: list[list[int]] = field(default_factory=list)  # per job: positions of content (non-special) ids
+    usage: dict[str, Any] = field(default_factory=dict)
+    error: ItemError | None = None
+
+
+def _head(model: ServedModel, name: str | None) -> HeadSpec:
+    heads = model.card.heads or []
+    if name is None:
+        return heads[0]
+    for head in heads:
+        if head.name == name:
+            return head
+    raise ApiError("invalid_request", f"model {model.id} has no head {name!r}; heads: {[h.name for h in heads]}")
+
+
+def _kind_of(value: Any) -> str:
+    return "pair" if isinstance(value, Pair) else "grounded" if isinstance(value, Grounded) else "text"
+
+
+def _plan(req: ClassifyRequest, model: ServedModel, head: HeadSpec) -> tuple[Overflow, int, int, int]:
+    """Request-level checks: (overflow, budget, window tokens, window overlap)."""
+    limits = model.card.limits
+    inputs = [req.input] if isinstance(req.input, str) else list(req.input)
+    if len(inputs) > limits.max_inputs:
+        raise ApiError("invalid_request", f"input has {len(inputs)} items; model {model.id} takes at most "
+                                          f"{limits.max_inputs} per request")
+    kinds = {_kind_of(v) for v in inputs}
+    for kind in kinds:
+        if kind not in head.inputs:
+            raise ApiError("invalid_request", f"head {head.name} takes {head.inputs} inputs, not {kind}")
+    overflow: Overflow = req.options.overflow or head.overflow
+    ceiling = limits.max_input_tokens
+    if overflow == "window":
+        if kinds != {"text"}:
+            raise ApiError("invalid_request", "overflow window reads single texts only")
+        ceiling = limits.max_scan_tokens or limits.max_input_tokens
+    budget = req.options.max_tokens or ceiling
+    if budget > ceiling:
+        raise ApiError("invalid_request", f"options.max_tokens {budget} exceeds model {model.id}'s "
+                                          f"{'max_scan_tokens' if overflow == 'window' else 'max_input_tokens'} "
+                                          f"{ceiling}")
+    window = req.options.window or head.window
+    tokens = window.tokens if window is not None else limits.max_input_tokens
+    overlap = window.overlap if window is not None else 0
+    if overflow == "window":
+        if tokens > limits.max_input_tokens:
+            raise ApiError("invalid_request", f"options.window.tokens {tokens} exceeds model {model.id}'s "
+                                              f"max_input_tokens {limits.max_input_tokens}")
+        width = tokens - sum(len(x) for x in model.text_encoder().envelope)
+        if width < 1 or overlap >= width:
+            raise ApiError("invalid_request", f"a window of {tokens} tokens holds {max(width, 0)} content tokens; "
+                                              f"overlap must be below that (got {overlap})")
+    elif req.options.window is not None:
+        raise ApiError("invalid_request", "options.window needs overflow window")
+    return overflow, budget, tokens, overlap
+
+
+def _prepare(encoder: TextEncoder, value: Any, overflow: Overflow, budget: int, tokens: int, overlap: int) -> Item:
+    item = Item(text=value if isinstance(value, str) else getattr(value, "text", ""))
+    try:
+        if isinstance(value, Grounded):
+            raise ItemError("invalid_input", "no head of this model reads grounded inputs")
+        if isinstance(value, Pair):
+            enc = encoder.encode_pair(value.text, value.text_pair, max_tokens=budget, overflow=_linear(overflow))
+        elif not value:
+            raise ItemError("invalid_input", "the input is an empty string")
+        elif overflow == "window":
+            windows = encoder.windows(value, window_tokens=tokens, overlap=overlap, scan_budget=budget)
+            item.jobs = [Job(w.ids) for w in windows]
+            item.spans = [(w.content_start, w.content_end) for w in windows]
+            item.offsets = [w.offsets for w in windows]
+            prefix = len(encoder.envelope[0])
+            item.content = [list(range(prefix, prefix + w.content_end - w.content_start)) for w in windows]
+            content = windows[-1].content_end
+            item.usage = {"tokens": content + sum(len(x) for x in encoder.envelope),
+                          "processed_tokens": sum(len(w.ids) for w in windows), "truncated": False,
+                          "windows": len(windows)}
+            return item
+        else:
+            enc = encoder.encode(value, max_tokens=budget, overflow=_linear(overflow))
+    except InputTooLong as exc:
+        item.error = ItemError(exc.code, exc.message)
+        return item
+    except ItemError as exc:
+        item.error = exc
+        return item
+    item.jobs = [Job(enc.ids, enc.type_ids if isinstance(value, Pair) else None)]
+    item.offsets = [enc.offsets]
+    item.content = [[i for i, seq in enumerate(enc.sequence_ids) if seq is not None]]
+    item.usage = input_usage(enc)
+    return item
+
+
+def _prepare_all(encoder: TextEncoder, values: list[Any], overflow: Overflow, budget: int, tokens: int,
+                 overlap: int) -> list[Item]:
+    return [_prepare(encoder, v, overflow, budget, tokens, overlap) for v in values]
+
+
+def _linear(overflow: Overflow) -> Literal["reject", "truncate"]:
+    return "truncate" if overflow == "truncate" else "reject"
+
+
+def _sequence_scores(model: ServedModel, head: HeadSpec, values: np.ndarray) -> np.ndarray:
+    if head.zero_shot is not None:
+        return zero_shot(values, model.label_vectors[head.name], head.zero_shot.temperature)
+    return softmax(values) if head.kind == "sequence" else sigmoid(values)
+
+
+def _answer(model: ServedModel, head: HeadSpec, item: Item, threshold: float, return_tokens: bool,
+            ) -> dict[str, Any]:
+    failed = next((j.error for j in item.jobs if j.error is not None), None)
+    if item.error is not None or failed is not None or any(j.result is None for j in item.jobs):
+        error = item.error or failed or ItemError("invalid_model_output", "no answer")
+        return {"error": error.code, "message": error.message}
+    out: dict[str, Any] = {}
+    results = [j.result.values for j in item.jobs if j.result is not None]
+    if head.kind == "token":
+        probs, offsets = _token_probabilities(item, results)
+        if not np.all(np.isfinite(probs)):
+            raise ApiError("internal_error", "the model produced a non-finite number")
+        out["spans"] = [s.as_dict(item.text) for s in decode_spans(probs, offsets, head.labels, threshold)]
+        if return_tokens:
+            out["tokens"] = [{"start": s, "end": e, "probabilities": {lab: round(float(p), 6)
+                                                                        for lab, p in zip(head.labels, row,
+                                                                                          strict=True)}}
+                             for (s, e), row in zip(offsets, probs, strict=True)]
+    else:
+        per_window = [_sequence_scores(model, head, v) for v in results]
+        reduced = np.max(np.stack(per_window), axis=0)
+        if not np.all(np.isfinite(reduced)):
+            raise ApiError("internal_error", "the model produced a non-finite number")
+        key = "probabilities" if head.kind == "sequence" else "scores"
+        out[key] = {label: round(float(p), 6) for label, p in zip(head.labels, reduced, strict=True)}
+        if head.kind == "sequence":
+            out["label"] = head.labels[int(np.argmax(reduced))]
+        elif head.default_threshold is not None:
+            out["selected"] = [lab for lab, p in zip(head.labels, reduced, strict=True) if p >= threshold]
+        if len(per_window) > 1:
+            out["windows"] = [{"start": s, "end": e, key: {lab: round(float(p), 6)
+                                                           for lab, p in zip(head.labels, w, strict=True)}}
+                              for (s, e), w in zip(item.spans, per_window, strict=True)]
+    out["input"] = item.usage
+    return out
+
+
+def _token_probabilities(item: Item, results: list[np.ndarray]) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Content tokens of the whole input with their probabilities; windows merged by best context."""
+    if not item.spans:  # read at once: only the content tokens, special tokens dropped
+        keep = item.content[0]
+        return softmax(results[0][keep]), [item.offsets[0][i] for i in keep]
+    total = item.spans[-1][1]
+    owner = best_context_windows(item.spans, total)
+    rows: list[np.ndarray] = []
+    offsets: list[tuple[int, int]] = []
+    for t in range(total):
+        w = owner[t]
+        position = item.content[w][t - item.spans[w][0]]
+        rows.append(results[w][position])
+        offsets.append(item.offsets[w][position])
+    return softmax(np.stack(rows)), offsets
+
+
+async def classify(runtime: Runtime, model: ServedModel, req: ClassifyRequest, call: Call | None = None,
+                   ) -> dict[str, Any]:
+    """The surface's work, shared by the HTTP handler and the readiness (golden) check."""
+    timing = call.timing if call is not None else None
+    started = time.perf_counter()
+    head = _head(model, req.head)
+    overflow, budget, tokens, overlap = _plan(req, model, head)
+    encoder = model.text_encoder()
+    values: list[Any] = [req.input] if isinstance(req.input, str) else list(req.input)
+    chars = sum(len(v) if isinstance(v, str) else sum(len(str(x)) for x in v.model_dump().values()) for v in values)
+    items = await off_loop_if_large(chars, _prepare_all, encoder, values, overflow, budget, tokens, overlap)
+    if timing is not None:
+        timing.add("tokenize", started)
+    jobs = [j for it in items for j in it.jobs]
+    queue_ms, forward_ms = await forward(runtime, model, jobs, deadline_ms=req.options.deadline_ms, timing=timing)
+    mark = time.perf_counter()
+    threshold = req.options.threshold if req.options.threshold is not None else (head.default_threshold or 0.5)
+    results = []
+    input_tokens = 0
+    for index, item in enumerate(items):
+        answer = _answer(model, head, item, threshold, req.options.return_tokens)
+        runtime.metrics.inputs.labels(model.id, answer.get("error", "ok")).inc()
+        if "input" in answer:
+            input_tokens += answer["input"]["processed_tokens"]
+        results.append({"index": index, **answer})
+    response: dict[str, Any] = {"model": model.id, "head": head.name, "kind": head.kind, "labels": head.labels,
+                                "results": results, "usage": {"input_tokens": input_tokens, "output_tokens": 0}}
+    if req.options.return_meta:
+        response["meta"] = {**response_meta(model, queue_ms, forward_ms), "head": head.name}
+    if timing is not None:
+        timing.add("post", mark)
+    return response
+
+
+@surface("classify")
+async def create_classification(call: Call) -> dict[str, Any]:
+    mark = time.perf_counter()
+    req = parse(ClassifyRequest, call.body)
+    model = call.runtime.resolve(req.model, "classify")
+    call.timing.add("tokenize", mark)
+    return await classify(call.runtime, model, req, call)
+
+
+def routes() -> list[web.RouteDef]:
+    return [web.post("/v1/classify", create_classification)]
