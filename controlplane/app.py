@@ -33,6 +33,8 @@ _FAILURE = {
     "stop": "stopping the deployment failed",
     "start": "starting the deployment failed",
     "delete": "deleting the deployment failed",
+    "pods": "listing the deployment's pods failed",
+    "api_schemas": "listing deployments failed",
 }
 
 
@@ -88,6 +90,12 @@ async def list_deployments(request: web.Request) -> web.Response:
     return web.json_response(await request.app[SERVICE].list_page(who, page, page_size))
 
 
+async def api_schemas(request: web.Request) -> web.Response:
+    """GET /deployments/api-schemas."""
+    who = await _principal(request)
+    return web.json_response(await request.app[SERVICE].api_schemas(who))
+
+
 async def create_deployment(request: web.Request) -> web.Response:
     """POST /deployments."""
     who = await _principal(request)
@@ -120,6 +128,12 @@ async def start_deployment(request: web.Request) -> web.Response:
     return web.json_response(await request.app[SERVICE].set_stopped(who, request.match_info["id"], False))
 
 
+async def deployment_pods(request: web.Request) -> web.Response:
+    """GET /deployments/{id}/pods."""
+    who = await _principal(request)
+    return web.json_response(await request.app[SERVICE].pods(who, request.match_info["id"]))
+
+
 async def delete_deployment(request: web.Request) -> web.Response:
     """DELETE /deployments/{id}: 204 with no body."""
     who = await _principal(request)
@@ -149,9 +163,11 @@ def create_app(settings: Settings) -> web.Application:
     r = app.router
     r.add_get(f"{PREFIX}/deployments", list_deployments, name="list")
     r.add_post(f"{PREFIX}/deployments", create_deployment, name="create")
+    r.add_get(f"{PREFIX}/deployments/api-schemas", api_schemas, name="api_schemas")  # before {id}
     r.add_get(f"{PREFIX}/deployments/{{id}}", get_deployment, name="get")
     r.add_patch(f"{PREFIX}/deployments/{{id}}", update_deployment, name="update")
     r.add_post(f"{PREFIX}/deployments/{{id}}/stop", stop_deployment, name="stop")
     r.add_post(f"{PREFIX}/deployments/{{id}}/start", start_deployment, name="start")
     r.add_delete(f"{PREFIX}/deployments/{{id}}", delete_deployment, name="delete")
+    r.add_get(f"{PREFIX}/deployments/{{id}}/pods", deployment_pods, name="pods")
     return app

@@ -27,6 +27,7 @@ class Settings:
         default_factory=lambda: dict(DEFAULT_ROLE_PERMISSIONS)
     )
     architecture: str = "amd64"
+    probe_timeout_s: float = 3.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -43,4 +44,5 @@ class Settings:
             token_cache_ttl_s=float(e.get("SR_CP_TOKEN_CACHE_TTL_S", cls.token_cache_ttl_s)),
             role_permissions=dict(roles),
             architecture=e.get("SR_CP_ARCHITECTURE", cls.architecture),
+            probe_timeout_s=float(e.get("SR_CP_PROBE_TIMEOUT_S", cls.probe_timeout_s)),
         )

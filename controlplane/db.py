@@ -121,8 +121,8 @@ MIGRATIONS: list[Callable[[Connection], None]] = [_m1_initial]
 
 
 def utcnow() -> datetime:
-    """Timestamps are stored timezone-aware in UTC, second precision (RFC3339 in responses)."""
-    return datetime.now(UTC).replace(microsecond=0)
+    """Timestamps are stored in UTC with full precision (ordering); responses show RFC3339 seconds."""
+    return datetime.now(UTC)
 
 
 def _migrate_sync(conn: Connection) -> int:

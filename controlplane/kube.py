@@ -177,13 +177,15 @@ class KubeBackend:
             raise
         return True
 
+    async def list_pods(self, kind: Kind, namespace: str, name: str) -> list[client.V1Pod]:
+        """The workload's pods as KServe labels them."""
+        pods = await self._call(
+            "list pods", self._core.list_namespaced_pod, namespace, label_selector=kind.pod_selector(name)
+        )
+        return list(pods.items)
+
     async def count_live_pods(self, kind: Kind, namespace: str, name: str) -> int:
         """Pods of the workload that have not exited (used to tell stopping from stopped)."""
-        pods = await self._call(
-            "list pods",
-            self._core.list_namespaced_pod,
-            namespace,
-            label_selector=kind.pod_selector(name),
-        )
-        phases = [p.status.phase if p.status else None for p in pods.items]
+        pods = await self.list_pods(kind, namespace, name)
+        phases = [p.status.phase if p.status else None for p in pods]
         return sum(1 for phase in phases if phase not in ("Succeeded", "Failed"))

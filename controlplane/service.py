@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from datetime import UTC, datetime
@@ -33,6 +34,8 @@ from controlplane.errors import (
     unprocessable,
 )
 from controlplane.kube import KINDS, STOP_ANNOTATION, Kind, KubeBackend
+from controlplane.pods import current_pods
+from controlplane.probe import probe_all
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +152,35 @@ class DeploymentService:
             raise internal("listing deployments failed") from exc
         items = [render(r) for r in rows]
         return {"items": items, "total": int(total or 0), "page": page, "page_size": page_size}
+
+    async def api_schemas(self, who: Principal) -> dict[str, Any]:
+        """Protocols of every deployment the caller may see, probed on the live, ready workloads."""
+        who.require(READ)
+        where: list[sa.ColumnElement[bool]] = [deployments.c.deleted_at.is_(None)]
+        if not who.global_read:
+            where.append(deployments.c.project_id == (who.project_id or ""))
+        async with self.db.connect() as conn:
+            rows = (await conn.execute(sa.select(deployments).where(*where))).all()
+        limit = asyncio.Semaphore(8)
+
+        async def target(row: Any) -> tuple[str, str | None] | None:
+            """Where to probe, or ``None`` when the workload is not configured, not ready or stopped."""
+            if self.kube is None or row.backend_catalog != "k8s" or row.backend_type not in KINDS:
+                return None
+            async with limit:
+                try:
+                    obj = await self.kube.get(KINDS[row.backend_type], _namespace(row.project_id), row.k8s_name)
+                except ApiError:
+                    return None
+            ready = workload.ready_value(workload.conditions(obj)) == "True"
+            ep = workload.endpoint(obj)
+            if not ready or workload.is_stop_requested(obj) or not ep:
+                return None
+            return ep, dict(row.spec).get("modelName")
+
+        found = await asyncio.gather(*(target(r) for r in rows))
+        targets = {r.id: t for r, t in zip(rows, found, strict=True)}
+        return {"items": await probe_all(targets, self.settings.probe_timeout_s)}
 
     async def get(self, who: Principal, dep_id: str) -> dict[str, Any]:
         """Catalog record refreshed from the live KServe object; the catalog alone if that cannot be read."""
@@ -472,6 +504,17 @@ class DeploymentService:
             return await kube.count_live_pods(kind, ns, name) == 0
         except ApiError:
             return False
+
+    async def pods(self, who: Principal, dep_id: str) -> dict[str, Any]:
+        """Current workload pods (not the succeeded ones), sorted by name."""
+        who.require(READ)
+        async with self.db.connect() as conn:
+            row = await self._get_row(conn, dep_id, who, write=False)
+        kube = self._require_kube()
+        kind = self._kind(row, "invalid_backend")
+        ns = _namespace(row.project_id)
+        await kube.get(kind, ns, row.k8s_name)  # 404 when the workload itself is gone
+        return {"items": current_pods(await kube.list_pods(kind, ns, row.k8s_name))}
 
     async def delete(self, who: Principal, dep_id: str) -> None:
         """Workload first, then mark the record deleted; a workload that is already gone is fine."""

@@ -46,6 +46,7 @@ DIGEST = "sha256:" + "ab" * 32
 GROUP = "serving.kserve.io"
 TOKEN_TTL_S = 30.0
 SHORT_TOKEN_TTL_S = 1.0
+PROBE_TIMEOUT_S = 1.0
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -73,7 +74,7 @@ def _response_schema(path: str, method: str, status: int) -> dict[str, Any] | No
     content = resp.get("content")
     if not content:
         return None
-    return {"$ref": content["application/json"]["schema"]["$ref"], "components": OPENAPI["components"]}
+    return {**content["application/json"]["schema"], "components": OPENAPI["components"]}
 
 
 def validate_response(path: str, method: str, status: int, body: Any) -> None:
@@ -297,6 +298,38 @@ class Cluster:
             await asyncio.sleep(0.1)
         raise AssertionError("RBAC change did not take effect")
 
+    @asynccontextmanager
+    async def llmisvc_requires_router(self) -> AsyncIterator[None]:
+        """A KServe upgrade that makes ``spec.router`` required: objects stored before it no longer pass
+        validation, so Kubernetes rejects their updates (422) until they are fixed."""
+        ext = client.ApiextensionsV1Api(self.api)
+        name = "llminferenceservices.serving.kserve.io"
+
+        async def set_required(required: list[str] | None) -> None:
+            crd = await self.run(ext.read_custom_resource_definition, name)
+            crd.spec.versions[0].schema.open_apiv3_schema.properties["spec"].required = required
+            await self.run(ext.replace_custom_resource_definition, name, crd)
+            probe = {"apiVersion": f"{GROUP}/v1alpha1", "kind": "LLMInferenceService",
+                     "metadata": {"name": "probe"}, "spec": {}}
+            for _ in range(100):
+                try:
+                    await self.run(self.custom.create_namespaced_custom_object, GROUP, "v1alpha1", "default",
+                                   "llminferenceservices", probe, dry_run="All")
+                    accepted = True
+                except ApiException as exc:
+                    assert exc.status == 422, exc
+                    accepted = False
+                if accepted == (required is None):
+                    return
+                await asyncio.sleep(0.1)
+            raise AssertionError("CRD change did not take effect")
+
+        await set_required(["router"])
+        try:
+            yield
+        finally:
+            await set_required(None)
+
     @staticmethod
     def version(kind: str) -> tuple[str, str]:
         return ("v1beta1", "inferenceservices") if kind == "InferenceService" else ("v1alpha1", "llminferenceservices")
@@ -345,6 +378,10 @@ class Cluster:
         }
         await self.run(self.core.create_namespaced_pod, ns, body)
         return name
+
+    async def set_pod_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
+        """Play the kubelet: report a pod's phase and container states."""
+        await self.run(self.core.patch_namespaced_pod_status, name, ns, {"status": status})
 
     async def remove_pod(self, ns: str, name: str) -> None:
         await self.run(self.core.delete_namespaced_pod, name, ns, grace_period_seconds=0)
@@ -446,6 +483,7 @@ def settings_for(env: dict[str, str], db: str, *, kube: bool = True, ttl: float 
         keystone_url=env["SR_TEST_KEYSTONE_URL"],
         kubeconfig=env["SR_TEST_KUBE_CP_KUBECONFIG"] if kube else None,
         kube_timeout_s=5.0,
+        probe_timeout_s=PROBE_TIMEOUT_S,
         token_cache_ttl_s=ttl,
     )
 
@@ -505,6 +543,15 @@ def cluster(env: dict[str, str]) -> Cluster:
 @pytest_asyncio.fixture
 async def project(keystone: Keystone, cluster: Cluster) -> Project:
     """A fresh project with its namespace provisioned and the control plane allowed in it."""
+    p = await keystone.project()
+    await cluster.provision(p.ns)
+    return p
+
+
+@pytest_asyncio.fixture(scope="session")
+async def shared_project(keystone: Keystone, cluster: Cluster) -> Project:
+    """One project for tests that only look at their own request (validation errors): creating a project
+    per test is the slowest part of the suite."""
     p = await keystone.project()
     await cluster.provision(p.ns)
     return p

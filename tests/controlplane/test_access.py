@@ -12,6 +12,7 @@ pytestmark = pytest.mark.asyncio
 
 ENDPOINTS = [
     ("GET", "/deployments/{id}", None),
+    ("GET", "/deployments/{id}/pods", None),
     ("PATCH", "/deployments/{id}", {"name": "hijacked"}),
     ("PATCH", "/deployments/{id}", {"replicas": 5}),
     ("POST", "/deployments/{id}/stop", None),
@@ -43,7 +44,10 @@ async def test_global_read_does_not_grant_writes_to_other_projects(
 ) -> None:
     d = await api.create(project.member, **vllm("admin-reads"))
     await api.call("GET", "/deployments/{id}", admin_token, expect=200, id=d["id"])
-    for method, path, body in ENDPOINTS[1:]:
+    await api.call("GET", "/deployments/{id}/pods", admin_token, expect=200, id=d["id"])
+    for method, path, body in ENDPOINTS:
+        if method == "GET":
+            continue
         status, _ = await api.call(method, path, admin_token, json=body, id=d["id"])
         assert status == 404, (method, path)
     assert await cluster.get("LLMInferenceService", project.ns, "admin-reads") is not None

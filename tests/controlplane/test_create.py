@@ -84,14 +84,17 @@ async def test_create_for_a_triton_engine_submits_an_inferenceservice_with_oci_p
     ],
 )
 async def test_create_rejects_an_invalid_request_with_400_and_writes_nothing(
-    api: Api, project: Project, catalog_db: str, body: dict[str, Any], fragment: str
+    api: Api, shared_project: Project, catalog_db: str, body: dict[str, Any], fragment: str
 ) -> None:
+    project = shared_project
+    before = len(await catalog_rows(catalog_db, project.id))
     _, err = await api.call("POST", "/deployments", project.member, json=body, expect=400)
     assert err["error"] == "invalid_request" and fragment in err["message"]
-    assert await catalog_rows(catalog_db, project.id) == []
+    assert len(await catalog_rows(catalog_db, project.id)) == before
 
 
-async def test_create_rejects_a_body_that_is_not_a_json_object_with_400(api: Api, project: Project) -> None:
+async def test_create_rejects_a_body_that_is_not_a_json_object_with_400(api: Api, shared_project: Project) -> None:
+    project = shared_project
     _, err = await api.call("POST", "/deployments", project.member, data="{not json", expect=400)
     assert err["error"] == "invalid_request"
     _, err = await api.call("POST", "/deployments", project.member, json=[1, 2], expect=400)
@@ -126,8 +129,9 @@ async def test_create_accepts_resources_that_are_all_private_to_the_project(
 
 @pytest.mark.parametrize("mix", ["private-engine", "private-model", "private-artifact", "private-lora"])
 async def test_create_refuses_mixing_public_and_private_resources(
-    api: Api, project: Project, catalog_db: str, mix: str
+    api: Api, shared_project: Project, catalog_db: str, mix: str
 ) -> None:
+    project = shared_project
     await _private_catalog(catalog_db, project)
     p = project.id
     body = vllm("mixed")
@@ -166,8 +170,9 @@ async def test_create_cannot_use_another_projects_private_resources(
     ],
 )
 async def test_kv_cache_offloading_needs_vllm_with_accelerators_and_no_manual_kv_transfer_config(
-    api: Api, project: Project, extra: dict[str, Any], fragment: str
+    api: Api, shared_project: Project, extra: dict[str, Any], fragment: str
 ) -> None:
+    project = shared_project
     body = vllm(kvCacheOffloading={"cpu": "8Gi"}, **extra)
     if extra.get("engineId") == "t-triton":
         body.pop("artifactId"), body.pop("modelId")
@@ -178,8 +183,9 @@ async def test_kv_cache_offloading_needs_vllm_with_accelerators_and_no_manual_kv
 
 @pytest.mark.parametrize("kv", [{"cpu": "0Gi"}, {"cpu": "-1Gi"}, {}, {"cpu": "8Gi", "evictionPolicy": "fifo"}])
 async def test_kv_cache_offloading_needs_a_positive_cpu_quantity_and_a_known_policy(
-    api: Api, project: Project, kv: dict[str, Any]
+    api: Api, shared_project: Project, kv: dict[str, Any]
 ) -> None:
+    project = shared_project
     await api.call("POST", "/deployments", project.member, json=vllm(kvCacheOffloading=kv), expect=400)
 
 
@@ -210,8 +216,9 @@ async def test_kv_cache_offloading_is_accepted_on_vllm_with_accelerators_and_def
     ],
 )
 async def test_lora_is_only_for_vllm_with_unique_names_and_ready_flagged_digest_pinned_artifacts(
-    api: Api, project: Project, adapters: list[dict[str, str]], engine: str, fragment: str
+    api: Api, shared_project: Project, adapters: list[dict[str, str]], engine: str, fragment: str
 ) -> None:
+    project = shared_project
     body = vllm(engineId=engine, lora={"adapters": adapters})
     _, err = await api.call("POST", "/deployments", project.member, json=body, expect=400)
     assert fragment in err["message"]
@@ -313,39 +320,32 @@ async def test_create_with_labels_kubernetes_rejects_is_422_and_the_catalog_keep
     assert await cluster.list("LLMInferenceService", project.ns) == []
 
 
-async def test_an_engine_with_an_invalid_backend_reference_is_422(api: Api, project: Project) -> None:
+async def test_an_engine_with_an_invalid_backend_reference_is_422(api: Api, shared_project: Project) -> None:
+    project = shared_project
     _, err = await api.call("POST", "/deployments", project.member, json=vllm(engineId="t-bad-backend"),
                             expect=422)
     assert err["error"] == "invalid_request" and "invalid backend" in err["message"]
 
 
-async def test_kubernetes_api_down_during_create_is_502_and_nothing_is_half_written(
-    api: Api, project: Project, cluster: Cluster, catalog_db: str
-) -> None:
-    with cluster.apiserver_down():
-        _, err = await api.call("POST", "/deployments", project.member, json=vllm("outage"), expect=502)
-        assert err["error"] == "backend_unavailable"
-        assert await catalog_rows(catalog_db, project.id) == []
-    assert await cluster.list("LLMInferenceService", project.ns) == []
-    await api.create(project.member, **vllm("outage"))  # and the name is still free afterwards
-
-
 async def test_create_without_a_token_is_401_and_without_project_scope_is_401(
-    api: Api, project: Project
+    api: Api, shared_project: Project
 ) -> None:
+    project = shared_project
     _, err = await api.call("POST", "/deployments", None, json=vllm(), expect=401)
     assert err["error"] == "unauthorized"
     _, err = await api.call("POST", "/deployments", project.unscoped, json=vllm(), expect=401)
     assert "project-scoped" in err["message"]
 
 
-async def test_create_without_write_permission_is_403(api: Api, project: Project) -> None:
+async def test_create_without_write_permission_is_403(api: Api, shared_project: Project) -> None:
+    project = shared_project
     for token in (project.reader, project.observer):
         _, err = await api.call("POST", "/deployments", token, json=vllm(), expect=403)
         assert err["error"] == "forbidden"
 
 
-async def test_create_when_the_catalog_fails_is_500(api_broken: Api, project: Project) -> None:
+async def test_create_when_the_catalog_fails_is_500(api_broken: Api, shared_project: Project) -> None:
+    project = shared_project
     _, err = await api_broken.call("POST", "/deployments", project.member, json=vllm(), expect=500)
     assert err == {"error": "internal_error", "message": "creating the deployment failed"}
 

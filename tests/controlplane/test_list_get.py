@@ -14,11 +14,9 @@ async def test_list_pages_newest_first_and_reports_total_page_and_page_size(api:
     newest_first = list(reversed(made))
     _, body = await api.call("GET", "/deployments?page=2&page_size=2", project.member, expect=200)
     assert (body["total"], body["page"], body["page_size"]) == (5, 2, 2)
-    # created within the same second: order by time then id; compare as sets per page boundary
+    assert [d["id"] for d in body["items"]] == newest_first[2:4]
     _, everything = await api.call("GET", "/deployments", project.member, expect=200)
-    ids = [d["id"] for d in everything["items"]]
-    assert sorted(ids) == sorted(newest_first)
-    assert [d["id"] for d in body["items"]] == ids[2:4]
+    assert [d["id"] for d in everything["items"]] == newest_first
 
 
 @pytest.mark.parametrize(
@@ -122,14 +120,10 @@ async def test_ready_without_a_reported_service_has_no_endpoint(
     assert body["status"] == "ready" and "endpoint" not in body["spec"]
 
 
-async def test_detail_falls_back_to_the_catalog_when_the_workload_cannot_be_read(
+async def test_detail_falls_back_to_the_catalog_when_the_workload_is_gone(
     api: Api, project: Project, cluster: Cluster
 ) -> None:
     d = await api.create(project.member, **vllm("fallback"))
-    with cluster.apiserver_down():
-        _, body = await api.call("GET", "/deployments/{id}", project.member, expect=200, id=d["id"])
-    assert body["id"] == d["id"] and body["status"] == "pending"
-    assert "ready" not in body and "conditions" not in body
     await cluster.delete("LLMInferenceService", project.ns, "fallback")
     _, body = await api.call("GET", "/deployments/{id}", project.member, expect=200, id=d["id"])
     assert body["id"] == d["id"] and "ready" not in body

@@ -81,9 +81,6 @@ async def test_stop_and_start_status_codes(
     assert err["error"] == "invalid_backend"
     _, err = await api_broken.call("POST", path, project.member, expect=500, id=d["id"])
     assert err["error"] == "internal_error"
-    with cluster.apiserver_down():
-        _, err = await api.call("POST", path, project.member, expect=502, id=d["id"])
-        assert err["error"] == "backend_unavailable"
     async with cluster.rbac_revoked():
         _, err = await api.call("POST", path, project.member, expect=403, id=d["id"])
         assert "Kubernetes refused" in err["message"]
@@ -130,9 +127,6 @@ async def test_delete_failures_keep_both_the_record_and_the_workload(
     api: Api, api_broken: Api, project: Project, cluster: Cluster
 ) -> None:
     d = await api.create(project.member, **vllm("stay"))
-    with cluster.apiserver_down():
-        _, err = await api.call("DELETE", ONE, project.member, expect=502, id=d["id"])
-        assert err["error"] == "backend_unavailable"
     async with cluster.rbac_revoked():
         _, err = await api.call("DELETE", ONE, project.member, expect=403, id=d["id"])
         assert err["error"] == "forbidden"
@@ -149,14 +143,3 @@ async def test_delete_failures_keep_both_the_record_and_the_workload(
     _, err = await api.call("DELETE", ONE, project.reader, expect=403, id=d["id"])
     _, err = await api_broken.call("DELETE", ONE, project.member, expect=500, id=d["id"])
     assert err == {"error": "internal_error", "message": "deleting the deployment failed"}
-
-
-async def test_delete_after_the_kubernetes_outage_leaves_catalog_and_cluster_consistent(
-    api: Api, project: Project, cluster: Cluster
-) -> None:
-    d = await api.create(project.member, **triton("later"))
-    with cluster.apiserver_down():
-        await api.call("DELETE", ONE, project.member, expect=502, id=d["id"])
-    await api.call("DELETE", ONE, project.member, expect=204, id=d["id"])
-    assert await cluster.get("InferenceService", project.ns, "later") is None
-    await api.call("GET", ONE, project.member, expect=404, id=d["id"])
