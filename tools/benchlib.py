@@ -126,3 +126,78 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+class InProcessBatcher:
+    """The in-process baseline's scheduler: callers submit rows, one worker thread runs whatever is queued as one
+    ragged batch (up to max_rows), like Triton's dynamic batcher with one model instance."""
+
+    def __init__(self, run: Callable[[list[np.ndarray]], tuple[list[np.ndarray], Any]], max_rows: int = 128) -> None:
+        self.run = run
+        self.max_rows = max_rows
+        self.queue: asyncio.Queue[tuple[np.ndarray, asyncio.Future[np.ndarray]]] = asyncio.Queue()
+
+    async def submit(self, rows: list[np.ndarray]) -> list[np.ndarray]:
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in rows]
+        for row, fut in zip(rows, futures, strict=True):
+            await self.queue.put((row, fut))
+        return list(await asyncio.gather(*futures))
+
+    async def worker(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(1) as pool:
+            while True:
+                batch = [await self.queue.get()]
+                while not self.queue.empty() and len(batch) < self.max_rows:
+                    batch.append(self.queue.get_nowait())
+                outputs, _ = await loop.run_in_executor(pool, self.run, [row for row, _ in batch])
+                for (_, fut), out in zip(batch, outputs, strict=True):
+                    fut.set_result(out)
+
+
+async def inprocess_load(batcher: InProcessBatcher, work: Callable[[InProcessBatcher, int], Any], concurrency: int,
+                         requests: int) -> Run:
+    """Closed loop against the in-process baseline: `work(batcher, i)` does one request's whole job."""
+    run = Run()
+    counter = iter(range(requests))
+
+    async def caller() -> None:
+        for i in counter:
+            started = time.perf_counter()
+            await work(batcher, i)
+            run.latencies_ms.append((time.perf_counter() - started) * 1000)
+
+    task = asyncio.create_task(batcher.worker())
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    run.wall_s = time.perf_counter() - started
+    task.cancel()
+    return run
+
+
+def triton_counts(url: str, model: str) -> tuple[int, int]:
+    """(inference_count, execution_count) from Triton's own statistics."""
+    import tritonclient.grpc as grpcclient
+
+    stats = grpcclient.InferenceServerClient(url).get_inference_statistics(model, as_json=True)["model_stats"][0]
+    return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+
+
+def render_comparison(rows: list[dict[str, Any]], header: str) -> str:
+    """A Markdown table of gateway vs in-process cells (rows carry set, c, side and Run.summary() fields)."""
+    lines = [header, "",
+             "| workload | C | in-process req/s | gateway req/s | ratio | in-process p50 / p99 ms "
+             "| gateway p50 / p99 ms | gateway own time p50 / p99 ms | Triton rows per execute |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    base = {(r["set"], r["c"]): r for r in rows if r["side"] == "in-process"}
+    for r in (r for r in rows if r["side"] == "gateway"):
+        b = base[(r["set"], r["c"])]
+        lines.append(
+            f"| {r['set']} | {r['c']} | {b['throughput']:.1f} | {r['throughput']:.1f} | "
+            f"{r['throughput'] / b['throughput']:.2f}× | {b['p50_ms']:.1f} / {b['p99_ms']:.1f} | "
+            f"{r['p50_ms']:.1f} / {r['p99_ms']:.1f} | {r.get('own_p50_ms', 0):.2f} / {r.get('own_p99_ms', 0):.2f} | "
+            f"{r['batch']:.1f} |")
+    return "\n".join(lines)

@@ -20,7 +20,7 @@ from ..errors import ApiError, ItemError
 from ..heads import best_context_windows, decode_spans, sigmoid, softmax, zero_shot
 from ..runtime import Runtime, ServedModel
 from ..text import InputTooLong, TextEncoder
-from .common import Call, Strict, input_usage, off_loop_if_large, parse, response_meta, surface
+from .common import Call, Strict, input_usage, off_loop_if_large, response_meta, surface_route
 from .forward import Job, forward
 
 Overflow = Literal["reject", "truncate", "window"]
@@ -263,14 +263,5 @@ async def classify(runtime: Runtime, model: ServedModel, req: ClassifyRequest, c
     return response
 
 
-@surface("classify")
-async def create_classification(call: Call) -> dict[str, Any]:
-    mark = time.perf_counter()
-    req = parse(ClassifyRequest, call.body)
-    model = call.runtime.resolve(req.model, "classify")
-    call.timing.add("tokenize", mark)
-    return await classify(call.runtime, model, req, call)
-
-
 def routes() -> list[web.RouteDef]:
-    return [web.post("/v1/classify", create_classification)]
+    return [surface_route("/v1/classify", "classify", ClassifyRequest, classify)]

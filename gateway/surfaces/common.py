@@ -155,3 +155,22 @@ async def off_loop_if_large(chars: int, fn: Callable[..., R], *args: Any) -> R:
     if chars <= INLINE_CHARS:
         return fn(*args)
     return await asyncio.to_thread(fn, *args)
+
+
+Work = Callable[[Runtime, ServedModel, Any, "Call | None"], Awaitable[dict[str, Any]]]
+
+
+def surface_route(path: str, endpoint: str, request: type[BaseModel], work: Work) -> web.RouteDef:
+    """POST route of a surface: parse the request, resolve its model for this surface, then do the work (which
+    the readiness check and future bundles call directly, without HTTP)."""
+
+    @surface(endpoint)
+    async def handler(call: Call) -> dict[str, Any]:
+        mark = time.perf_counter()
+        req = parse(request, call.body)
+        model = call.runtime.resolve(getattr(req, "model", None), endpoint)
+        call.timing.add("tokenize", mark)
+        return await work(call.runtime, model, req, call)
+
+    handler.__name__ = f"create_{endpoint}"
+    return web.post(path, handler)

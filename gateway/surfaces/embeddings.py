@@ -16,9 +16,8 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..errors import ApiError, ItemError
 from ..runtime import Runtime, ServedModel
-from ..text import Encoded, InputTooLong, TextEncoder
-from .common import Call, Strict, input_usage, off_loop_if_large, parse, response_meta, surface
-from .forward import Job, forward
+from .common import Call, Strict, input_usage, off_loop_if_large, response_meta, surface_route
+from .forward import encode_each, forward
 
 
 class EmbeddingsOptions(Strict):
@@ -79,23 +78,6 @@ def _vector(values: np.ndarray, dimension: int, normalized: bool, fmt: str) -> A
     return values  # serialised by orjson straight from the float32 array
 
 
-def _encode_all(encoder: TextEncoder, texts: list[str], budget: int, overflow: Literal["reject", "truncate"],
-                ) -> tuple[list[Job], list[Encoded | None]]:
-    jobs: list[Job] = []
-    encoded: list[Encoded | None] = []
-    for text in texts:
-        try:
-            if not text:
-                raise ItemError("invalid_input", "the input is an empty string")
-            enc = encoder.encode(text, max_tokens=budget, overflow=overflow)
-            encoded.append(enc)
-            jobs.append(Job(enc.ids))
-        except (ItemError, InputTooLong) as exc:
-            encoded.append(None)
-            jobs.append(Job([], error=exc if isinstance(exc, ItemError) else ItemError(exc.code, exc.message)))
-    return jobs, encoded
-
-
 async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, call: Call | None = None,
                 ) -> dict[str, Any]:
     """The surface's work, shared by the HTTP handler and the readiness (golden) check."""
@@ -103,8 +85,10 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
     started = time.perf_counter()
     budget, dimension, layer = _check(req, model)
     texts = [req.input] if isinstance(req.input, str) else req.input
-    jobs, encoded = await off_loop_if_large(sum(map(len, texts)), _encode_all, model.text_encoder(), texts, budget,
-                                            req.options.overflow)
+    encoder = model.text_encoder()
+    jobs, encoded = await off_loop_if_large(
+        sum(map(len, texts)), encode_each, texts,
+        lambda text: encoder.encode(text, max_tokens=budget, overflow=req.options.overflow))
     if timing is not None:
         timing.add("tokenize", started)
     queue_ms, forward_ms = await forward(runtime, model, jobs, deadline_ms=req.options.deadline_ms, timing=timing)
@@ -138,14 +122,5 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
     return response
 
 
-@surface("embeddings")
-async def create_embeddings(call: Call) -> dict[str, Any]:
-    mark = time.perf_counter()
-    req = parse(EmbeddingsRequest, call.body)
-    model = call.runtime.resolve(req.model, "embeddings")
-    call.timing.add("tokenize", mark)
-    return await embed(call.runtime, model, req, call)
-
-
 def routes() -> list[web.RouteDef]:
-    return [web.post("/v1/embeddings", create_embeddings)]
+    return [surface_route("/v1/embeddings", "embeddings", EmbeddingsRequest, embed)]

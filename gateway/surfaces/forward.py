@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ItemError
 from ..runtime import Runtime, ServedModel
+from ..text import Encoded, InputTooLong
 from ..timing import Timing
 from ..triton import Result, TritonFailure
 
@@ -22,6 +24,27 @@ class Job:
     type_ids: list[int] | None = None
     result: Result | None = None
     error: ItemError | None = None
+
+
+def encode_each(texts: list[str], encode: Callable[[str], Encoded], *, noun: str = "input",
+                pairs: bool = False) -> tuple[list[Job], list[Encoded | None]]:
+    """One job per text; an empty or over-budget text becomes that job's item error, never the request's."""
+    jobs: list[Job] = []
+    encoded: list[Encoded | None] = []
+    for text in texts:
+        if not text:
+            jobs.append(Job([], error=ItemError("invalid_input", f"the {noun} is an empty string")))
+            encoded.append(None)
+            continue
+        try:
+            enc = encode(text)
+        except InputTooLong as exc:
+            jobs.append(Job([], error=ItemError(exc.code, exc.message)))
+            encoded.append(None)
+            continue
+        jobs.append(Job(enc.ids, enc.type_ids if pairs else None))
+        encoded.append(enc)
+    return jobs, encoded
 
 
 def deadline_ns(deadline_ms: float | None, timing: Timing | None) -> int | None:

@@ -25,8 +25,8 @@ from ..errors import ApiError, ItemError
 from ..runtime import Runtime, ServedModel
 from ..text import Encoded, InputTooLong, TextEncoder, UnsupportedTokenizer
 from ..text.envelope import Layout, pair_layout
-from .common import Call, Strict, input_usage, off_loop_if_large, parse, response_meta, surface
-from .forward import Job, forward
+from .common import Call, Strict, input_usage, off_loop_if_large, response_meta, surface_route
+from .forward import Job, encode_each, forward
 
 
 class RerankOptions(Strict):
@@ -115,21 +115,8 @@ def _bi_jobs(req: RerankRequest, encoders: _Encoders, budget: int,
         query = encoders.text.encode(req.query, max_tokens=budget, overflow=overflow)
     except InputTooLong as exc:
         raise ApiError("invalid_request", f"query: {exc.message}") from exc
-    jobs: list[Job] = []
-    encoded: list[Encoded | None] = []
-    for doc in req.documents:
-        if not doc:
-            jobs.append(Job([], error=ItemError("invalid_input", "the document is an empty string")))
-            encoded.append(None)
-            continue
-        try:
-            enc = encoders.text.encode(doc, max_tokens=budget, overflow=overflow)
-        except InputTooLong as exc:
-            jobs.append(Job([], error=ItemError(exc.code, exc.message)))
-            encoded.append(None)
-            continue
-        jobs.append(Job(enc.ids))
-        encoded.append(enc)
+    jobs, encoded = encode_each(req.documents, lambda doc: encoders.text.encode(doc, max_tokens=budget,
+                                                                                 overflow=overflow), noun="document")
     return Job(query.ids), query, jobs, encoded
 
 
@@ -180,24 +167,11 @@ def _cross_jobs(req: RerankRequest, encoders: _Encoders, budget: int) -> tuple[l
             else "does not fit"
         raise ApiError("invalid_request", f"query: with a pair's special tokens it {taken} of max_length {budget} "
                                           "tokens, which leaves no room for a document")
-    jobs: list[Job] = []
-    encoded: list[Encoded | None] = []
-    for doc in req.documents:
-        if not doc:
-            jobs.append(Job([], error=ItemError("invalid_input", "the document is an empty string")))
-            encoded.append(None)
-            continue
-        try:
-            enc = _pair(encoders, req.query, query if whole else None, doc, budget, overflow)
-        except InputTooLong as exc:
-            jobs.append(Job([], error=ItemError(exc.code, exc.message)))
-            encoded.append(None)
-            continue
-        except UnsupportedTokenizer as exc:
-            raise ApiError("internal_error", f"this model's tokenizer cannot frame pairs: {exc}") from exc
-        jobs.append(Job(enc.ids, enc.type_ids))
-        encoded.append(enc)
-    return jobs, encoded
+    try:
+        return encode_each(req.documents, lambda doc: _pair(encoders, req.query, query if whole else None, doc,
+                                                            budget, overflow), noun="document", pairs=True)
+    except UnsupportedTokenizer as exc:
+        raise ApiError("internal_error", f"this model's tokenizer cannot frame pairs: {exc}") from exc
 
 
 # -- the surface --------------------------------------------------------------------------------------------------
@@ -282,14 +256,5 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
     return response
 
 
-@surface("rerank")
-async def create_rerank(call: Call) -> dict[str, Any]:
-    mark = time.perf_counter()
-    req = parse(RerankRequest, call.body)
-    model = call.runtime.resolve(req.model, "rerank")
-    call.timing.add("tokenize", mark)
-    return await rerank(call.runtime, model, req, call)
-
-
 def routes() -> list[web.RouteDef]:
-    return [web.post("/v1/rerank", create_rerank)]
+    return [surface_route("/v1/rerank", "rerank", RerankRequest, rerank)]
