@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from controlplane.auth import TOKEN_HEADER, KeystoneAuth, Principal
@@ -35,6 +37,8 @@ _FAILURE = {
     "delete": "deleting the deployment failed",
     "pods": "listing the deployment's pods failed",
     "api_schemas": "listing deployments failed",
+    "logs": "reading the logs failed",
+    "exec": "opening the terminal session failed",
 }
 
 
@@ -134,6 +138,128 @@ async def deployment_pods(request: web.Request) -> web.Response:
     return web.json_response(await request.app[SERVICE].pods(who, request.match_info["id"]))
 
 
+async def deployment_logs(request: web.Request) -> web.StreamResponse:
+    """GET /deployments/{id}/logs: plain text, streamed chunk by chunk; with follow, until either side ends.
+
+    The client's disconnect is checked at least twice a second, so an abandoned follow releases the
+    upstream (apiserver -> kubelet) stream at once, not at the next log line.
+    """
+    who = await _principal(request)
+    follow = request.query.get("follow", "").lower() in ("true", "1")
+    tail = _int_param(request, "tailLines", 500)
+    upstream = await request.app[SERVICE].open_logs(
+        who,
+        request.match_info["id"],
+        request.query.get("pod") or None,
+        request.query.get("container") or None,
+        follow,
+        tail if tail > 0 else 500,
+    )
+    resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8", "X-Accel-Buffering": "no"})
+    try:
+        await resp.prepare(request)
+        while True:
+            try:
+                chunk = await asyncio.wait_for(upstream.content.readany(), 0.5)
+            except TimeoutError:
+                if request.transport is None or request.transport.is_closing():
+                    break
+                continue
+            if not chunk:
+                await resp.write_eof()
+                break
+            await resp.write(chunk)
+    except (ConnectionResetError, aiohttp.ClientError):
+        pass  # the client or the upstream went away: nothing more to send either way
+    finally:
+        upstream.close()
+    return resp
+
+
+async def deployment_exec(request: web.Request) -> web.WebSocketResponse:
+    """GET /deployments/{id}/exec: a browser terminal bridged to the pod's exec subresource.
+
+    Errors before the upgrade are ordinary JSON errors. Client frames are JSON ``input``/``resize``;
+    terminal output goes out as text frames; when the session ends, one text frame gives the reason and
+    a normal close follows. Whichever side hangs up, the other is closed too.
+    """
+    who = await _principal(request)
+    upstream = await request.app[SERVICE].open_exec(
+        who, request.match_info["id"], request.query.get("pod") or None, request.query.get("container") or None
+    )
+    ws = web.WebSocketResponse(heartbeat=30)
+    try:
+        await ws.prepare(request)
+    except BaseException:
+        await upstream.close()
+        raise
+    reason = await _bridge(ws, upstream)
+    if not ws.closed:
+        await ws.send_str(reason)
+        await ws.close()
+    return ws
+
+
+async def _bridge(ws: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse) -> str:
+    """Pump both directions until one side ends; returns why the session ended."""
+    ended: dict[str, str] = {}
+
+    async def from_client() -> None:
+        async for msg in ws:
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                continue
+            try:
+                frame = json.loads(msg.data)
+            except ValueError:
+                continue
+            if not isinstance(frame, dict):
+                continue
+            if frame.get("type") == "input" and isinstance(frame.get("data"), str):
+                await upstream.send_bytes(b"\x00" + frame["data"].encode())
+            elif frame.get("type") == "resize" and isinstance(frame.get("cols"), int) and isinstance(
+                frame.get("rows"), int
+            ):
+                size = {"Width": frame["cols"], "Height": frame["rows"]}
+                await upstream.send_bytes(b"\x04" + json.dumps(size).encode())
+        ended.setdefault("reason", "session closed by the client")
+
+    async def from_pod() -> None:
+        async for msg in upstream:
+            if msg.type != aiohttp.WSMsgType.BINARY or not msg.data:
+                continue
+            channel, data = msg.data[0], msg.data[1:]
+            if channel in (1, 2) and data:
+                await ws.send_str(data.decode("utf-8", errors="replace"))
+            elif channel == 3:
+                ended["reason"] = _exit_reason(data)
+        ended.setdefault("reason", "session ended")
+
+    tasks = [asyncio.ensure_future(from_client()), asyncio.ensure_future(from_pod())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await upstream.close()
+    return ended.get("reason", "session ended")
+
+
+def _exit_reason(data: bytes) -> str:
+    """The end-of-session line from the exec Status on channel 3."""
+    try:
+        status = json.loads(data)
+    except ValueError:
+        return "session ended"
+    if status.get("status") == "Success":
+        return "session ended: exit code 0"
+    causes = (status.get("details") or {}).get("causes") or []
+    code = next((c.get("message") for c in causes if c.get("reason") == "ExitCode"), None)
+    if code is not None:
+        return f"session ended: exit code {code}"
+    return f"session ended: {status.get('message') or status.get('reason') or 'failure'}"
+
+
 async def delete_deployment(request: web.Request) -> web.Response:
     """DELETE /deployments/{id}: 204 with no body."""
     who = await _principal(request)
@@ -156,7 +282,7 @@ def create_app(settings: Settings) -> web.Application:
         yield
         await auth.close()
         if kube is not None:
-            kube.close()
+            await kube.aclose()
         await engine.dispose()
 
     app.cleanup_ctx.append(lifecycle)
@@ -170,4 +296,6 @@ def create_app(settings: Settings) -> web.Application:
     r.add_post(f"{PREFIX}/deployments/{{id}}/start", start_deployment, name="start")
     r.add_delete(f"{PREFIX}/deployments/{{id}}", delete_deployment, name="delete")
     r.add_get(f"{PREFIX}/deployments/{{id}}/pods", deployment_pods, name="pods")
+    r.add_get(f"{PREFIX}/deployments/{{id}}/logs", deployment_logs, name="logs")
+    r.add_get(f"{PREFIX}/deployments/{{id}}/exec", deployment_exec, name="exec")
     return app

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -74,7 +76,7 @@ def translate(exc: BaseException, action: str) -> ApiError:
         if exc.status == 0 or exc.status >= 500:
             return backend_unavailable(f"Kubernetes API unavailable: {msg}")
         return internal(f"{action} failed")
-    if isinstance(exc, urllib3.exceptions.HTTPError | OSError | TimeoutError):
+    if isinstance(exc, urllib3.exceptions.HTTPError | aiohttp.ClientError | OSError | TimeoutError):
         return backend_unavailable(f"Kubernetes API unavailable: {action}: {type(exc).__name__}")
     return internal(f"{action} failed")
 
@@ -90,10 +92,90 @@ class KubeBackend:
         self._custom = client.CustomObjectsApi(self._api)
         self._core = client.CoreV1Api(self._api)
         self._timeout = (min(3.0, timeout_s), timeout_s)
+        self._cfg = cfg
+        self._stream_http: aiohttp.ClientSession | None = None
 
     def close(self) -> None:
         """Close pooled connections."""
         self._api.close()
+
+    async def aclose(self) -> None:
+        """Close the async session used for log streams, then the pooled connections."""
+        if self._stream_http is not None:
+            await self._stream_http.close()
+        self.close()
+
+    def _stream_session(self) -> aiohttp.ClientSession:
+        """An aiohttp session with the kubeconfig's TLS and credentials: streams stay on the event loop
+        and end the moment the caller stops reading (no thread blocked in a socket read)."""
+        if self._stream_http is None:
+            cfg = self._cfg
+            ctx: ssl.SSLContext | bool = False
+            if cfg.verify_ssl:
+                ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+                if cfg.cert_file:
+                    ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+            self._stream_http = aiohttp.ClientSession(
+                base_url=cfg.host.rstrip("/") + "/",
+                connector=aiohttp.TCPConnector(ssl=ctx),
+                timeout=aiohttp.ClientTimeout(total=None, connect=min(3.0, self._timeout[1]),
+                                              sock_connect=min(3.0, self._timeout[1])),
+            )
+        return self._stream_http
+
+    def _auth_headers(self) -> dict[str, str]:
+        """What the official client would send now (its refresh hook may have rotated the token)."""
+        if self._cfg.refresh_api_key_hook is not None:
+            self._cfg.refresh_api_key_hook(self._cfg)
+        settings: dict[str, Any] = dict(self._cfg.auth_settings())
+        return {
+            str(s["key"]): str(s["value"]) for s in settings.values() if s.get("in") == "header" and s.get("value")
+        }
+
+    async def open_exec(
+        self, namespace: str, pod: str, container: str | None, command: list[str]
+    ) -> aiohttp.ClientWebSocketResponse:
+        """A WebSocket to the pod's exec subresource (v4 channel protocol), stdin and a TTY attached."""
+        params = [("command", c) for c in command]
+        params += [("stdin", "true"), ("stdout", "true"), ("tty", "true")]
+        if container:
+            params.append(("container", container))
+        try:
+            return await self._stream_session().ws_connect(
+                f"api/v1/namespaces/{namespace}/pods/{pod}/exec",
+                params=params,
+                protocols=("v4.channel.k8s.io",),
+                headers=self._auth_headers(),
+                heartbeat=30,
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            refused = ApiException(status=exc.status, reason=exc.message)
+            refused.body = json.dumps({"message": exc.message})
+            raise translate(refused, "exec") from exc
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise translate(exc, "exec") from exc
+
+    async def open_log(
+        self, namespace: str, pod: str, container: str | None, follow: bool, tail_lines: int
+    ) -> aiohttp.ClientResponse:
+        """Start reading a container log through the apiserver; the caller must release the response."""
+        params = {"tailLines": str(tail_lines)}
+        if container:
+            params["container"] = container
+        if follow:
+            params["follow"] = "true"
+        try:
+            resp = await self._stream_session().get(
+                f"api/v1/namespaces/{namespace}/pods/{pod}/log", params=params, headers=self._auth_headers()
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise translate(exc, "read log") from exc
+        if resp.status != 200:
+            refused = ApiException(status=resp.status, reason=resp.reason)
+            refused.body = await resp.text()
+            resp.release()
+            raise translate(refused, "read log")
+        return resp
 
     async def _call(self, action: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         kwargs["_request_timeout"] = self._timeout

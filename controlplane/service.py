@@ -14,6 +14,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -50,6 +51,10 @@ CREATE_FIELDS = frozenset(
      "command", "args", "env", "resources", "kvCacheOffloading", "labels", "lora"}
 )
 RUNTIME_FIELDS = PATCH_FIELDS - {"name", "description"}
+# The terminal: bash when the image has it, else sh.
+TERMINAL_COMMAND = [
+    "/bin/sh", "-c", "TERM=xterm-256color; export TERM; command -v bash >/dev/null && exec bash || exec sh"
+]
 
 
 def _rfc3339(value: datetime) -> str:
@@ -515,6 +520,46 @@ class DeploymentService:
         ns = _namespace(row.project_id)
         await kube.get(kind, ns, row.k8s_name)  # 404 when the workload itself is gone
         return {"items": current_pods(await kube.list_pods(kind, ns, row.k8s_name))}
+
+    async def _target_pod(
+        self, who: Principal, dep_id: str, pod: str | None, container: str | None, permission: str
+    ) -> tuple[KubeBackend, str, str]:
+        """Namespace and pod for logs/exec: ``pod`` required when there are several, and must be ours."""
+        who.require(permission)
+        async with self.db.connect() as conn:
+            row = await self._get_row(conn, dep_id, who, write=permission == WRITE)
+        kube = self._require_kube()
+        kind = self._kind(row, "invalid_backend")
+        ns = _namespace(row.project_id)
+        await kube.get(kind, ns, row.k8s_name)
+        views = current_pods(await kube.list_pods(kind, ns, row.k8s_name))
+        names = [p["name"] for p in views]
+        if not names:
+            raise ApiError(404, "no_pods", f"deployment {dep_id} has no workload pods")
+        if not pod:
+            if len(names) > 1:
+                raise ApiError(400, "pod_required", f"deployment {dep_id} has {len(names)} pods; choose one")
+            pod = names[0]
+        elif pod not in names:
+            raise ApiError(400, "invalid_pod", f"pod {pod} does not belong to deployment {dep_id}")
+        containers = next(v["containers"] for v in views if v["name"] == pod)
+        if container and container not in [c["name"] for c in containers]:
+            raise not_found(f"container {container} not found in pod {pod}")
+        return kube, ns, pod
+
+    async def open_exec(
+        self, who: Principal, dep_id: str, pod: str | None, container: str | None
+    ) -> aiohttp.ClientWebSocketResponse:
+        """Open the pod exec session for a terminal; needs write permission (it runs commands)."""
+        kube, ns, pod = await self._target_pod(who, dep_id, pod, container, WRITE)
+        return await kube.open_exec(ns, pod, container, TERMINAL_COMMAND)
+
+    async def open_logs(
+        self, who: Principal, dep_id: str, pod: str | None, container: str | None, follow: bool, tail: int
+    ) -> aiohttp.ClientResponse:
+        """Open the log of the resolved pod."""
+        kube, ns, pod = await self._target_pod(who, dep_id, pod, container, READ)
+        return await kube.open_log(ns, pod, container, follow, tail)
 
     async def delete(self, who: Principal, dep_id: str) -> None:
         """Workload first, then mark the record deleted; a workload that is already gone is fine."""

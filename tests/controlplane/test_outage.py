@@ -42,6 +42,12 @@ async def test_with_the_kubernetes_api_stopped_writes_are_502_reads_fall_back_an
             assert err["error"] == "backend_unavailable", (method, path)
         _, err = await api.call("GET", "/deployments/{id}/pods", project.member, expect=502, id=a["id"])
         assert err["error"] == "backend_unavailable"
+        async with api.http.get(f"/api/v1/deployments/{a['id']}/logs",
+                                headers={"x-keystone-token": project.member}) as resp:
+            assert resp.status == 502 and (await resp.json())["error"] == "backend_unavailable"
+        async with api.http.get(f"/api/v1/deployments/{a['id']}/exec",
+                                headers={"x-keystone-token": project.member}) as resp:
+            assert resp.status == 502 and (await resp.json())["error"] == "backend_unavailable"
         # reads still answer from the catalog, without live fields
         _, detail = await api.call("GET", ONE, project.member, expect=200, id=a["id"])
         assert "ready" not in detail and detail["status"] == "pending"

@@ -12,11 +12,13 @@ ETCD_PEER_PORT=${SR_TESTENV_ETCD_PEER_PORT:-12380}
 KUBE_PORT=${SR_TESTENV_KUBE_PORT:-16443}
 KEYSTONE_PORT=${SR_TESTENV_KEYSTONE_PORT:-15000}
 PG_PORT=${SR_TESTENV_PG_PORT:-55432}
+KUBELET_PORT=${SR_TESTENV_KUBELET_PORT:-10250}
+PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 
 "$HERE/install.sh" >&2
 KUBE_APISERVER=$("$HERE/build-kube.sh")
 
-for port in "$ETCD_PORT" "$ETCD_PEER_PORT" "$KUBE_PORT" "$KEYSTONE_PORT" "$PG_PORT"; do
+for port in "$ETCD_PORT" "$ETCD_PEER_PORT" "$KUBE_PORT" "$KEYSTONE_PORT" "$PG_PORT" "$KUBELET_PORT"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "testenv: port $port on 127.0.0.1 is already in use (another test env running?)" >&2; exit 1
   fi
@@ -93,6 +95,9 @@ cat > "$RUN/apiserver.args" <<ARGS
 --service-cluster-ip-range=10.96.0.0/24
 --disable-admission-plugins=ServiceAccount
 --endpoint-reconciler-type=none
+--kubelet-preferred-address-types=InternalIP
+--kubelet-client-certificate=$RUN/certs/server.crt
+--kubelet-client-key=$RUN/certs/server.key
 ARGS
 echo "$KUBE_APISERVER" > "$RUN/apiserver.bin"
 echo "$KUBE_PORT" > "$RUN/apiserver.port"
@@ -125,6 +130,12 @@ metadata: {name: sr-controlplane}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sr-controlplane}
 subjects: [{kind: User, name: sr-controlplane, apiGroup: rbac.authorization.k8s.io}]
 YAML
+
+# --- fake kubelet: registers node fake-node-1 and serves container logs through the apiserver --------
+"$PYTHON" "$HERE/fake_kubelet.py" "$RUN/admin.kubeconfig" "$RUN/certs/server.crt" "$RUN/certs/server.key" \
+  "$KUBELET_PORT" fake-node-1 >"$RUN/kubelet.log" 2>&1 &
+echo "kubelet $!" >> "$RUN/pids"
+wait_for 30 "fake kubelet" curl -m 1 -sfk "https://127.0.0.1:$KUBELET_PORT/debug/streams"
 
 # --- Keystone (one sync worker: SQLite allows one writer, and concurrent workers hit "database is locked") ---
 mkdir -p "$RUN/keystone"
@@ -179,6 +190,7 @@ export SR_TEST_KUBE_CP_KUBECONFIG=$RUN/controlplane.kubeconfig
 export SR_TEST_APISERVER_CTL="$HERE/apiserver.sh $RUN"
 export SR_TEST_KEYSTONE_URL=http://127.0.0.1:$KEYSTONE_PORT/v3
 export SR_TEST_KEYSTONE_ADMIN_PASSWORD=$KS_PASSWORD
+export SR_TEST_KUBELET_URL=https://127.0.0.1:$KUBELET_PORT
 export SR_TEST_PG_DSN=postgresql+asyncpg://postgres@127.0.0.1:$PG_PORT/postgres
 ENV
 echo "$RUN"

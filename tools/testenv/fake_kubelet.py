@@ -1,0 +1,140 @@
+"""A stand-in kubelet for the test kube-apiserver: it registers its Node, serves logs and exec.
+
+Why: there is no container runtime here, but ``pods/log`` and ``pods/exec`` must go through the real
+apiserver, which proxies to the kubelet of the pod's node. Exec runs the command as a local process.
+Logs are deterministic (``<ns>/<pod>/<ctr> line <i>``); ``follow`` adds a line every 0.2 s until the
+client goes away. ``GET /debug/streams`` reports the open log streams and exec sessions, so tests can
+prove abandoned ones are released.
+
+Usage: python fake_kubelet.py KUBECONFIG CERT KEY PORT NODE
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import sys
+
+from aiohttp import WSMsgType, web
+from kubernetes import client, config
+
+LINES = 10
+OPEN = web.AppKey("open", dict)
+
+
+def register_node(kubeconfig: str, node: str, port: int) -> None:
+    """Create the Node and report where its kubelet listens, like a kubelet does at start."""
+    core = client.CoreV1Api(config.new_client_from_config(kubeconfig))
+    try:
+        core.create_node({"metadata": {"name": node}})
+    except client.exceptions.ApiException as exc:
+        if exc.status != 409:
+            raise
+    core.patch_node_status(node, {"status": {
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake"}],
+    }})
+
+
+async def container_logs(request: web.Request) -> web.StreamResponse:
+    ns, pod, ctr = request.match_info["ns"], request.match_info["pod"], request.match_info["ctr"]
+    try:
+        tail = int(request.query.get("tailLines", LINES))
+    except ValueError:
+        tail = LINES
+    resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+    await resp.prepare(request)
+    for i in range(max(0, LINES - tail), LINES):
+        await resp.write(f"{ns}/{pod}/{ctr} line {i}\n".encode())
+    if request.query.get("follow") == "true":
+        key = f"{ns}/{pod}/{ctr}"
+        opened = request.app[OPEN]
+        opened[key] = opened.get(key, 0) + 1
+        try:
+            i = LINES
+            while True:
+                await asyncio.sleep(0.2)
+                await resp.write(f"{ns}/{pod}/{ctr} line {i}\n".encode())
+                i += 1
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            opened[key] -= 1
+        return resp
+    await resp.write_eof()
+    return resp
+
+
+async def exec_(request: web.Request) -> web.WebSocketResponse:
+    """Run the command as a local process: channel 0 stdin, 1 stdout, 2 stderr, 3 the final Status.
+
+    When the client hangs up, stdin is closed and the process killed if it lingers, so no session leaks.
+    """
+    cmd = request.query.getall("command", [])
+    ws = web.WebSocketResponse(protocols=("v4.channel.k8s.io", "channel.k8s.io"))
+    await ws.prepare(request)
+    opened = request.app[OPEN]
+    opened["exec"] = opened.get("exec", 0) + 1
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stdin = proc.stdin
+
+    async def pump(stream: asyncio.StreamReader, channel: int) -> None:
+        while data := await stream.read(4096):
+            if not ws.closed:
+                await ws.send_bytes(bytes([channel]) + data)
+
+    async def feed() -> None:
+        async for msg in ws:
+            data = msg.data if isinstance(msg.data, bytes) else str(msg.data).encode()
+            if msg.type in (WSMsgType.BINARY, WSMsgType.TEXT) and data[:1] == b"\x00":
+                stdin.write(data[1:])
+                await stdin.drain()
+        if proc.returncode is None:  # client hung up: close stdin, then kill
+            stdin.close()
+            await asyncio.sleep(0.5)
+            if proc.returncode is None:
+                proc.kill()
+
+    feeder = asyncio.create_task(feed())
+    try:
+        await asyncio.gather(pump(proc.stdout, 1), pump(proc.stderr, 2))
+        rc = await proc.wait()
+        if not ws.closed:
+            status = {"metadata": {}, "status": "Success"} if rc == 0 else {
+                "metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+                "details": {"causes": [{"reason": "ExitCode", "message": str(rc)}]}}
+            await ws.send_bytes(b"\x03" + json.dumps(status).encode())
+            await ws.close()
+    finally:
+        feeder.cancel()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        opened["exec"] -= 1
+    return ws
+
+
+async def streams(request: web.Request) -> web.Response:
+    return web.json_response({k: v for k, v in request.app[OPEN].items() if v})
+
+
+def main() -> None:
+    kubeconfig, cert, key, port, node = sys.argv[1:6]
+    register_node(kubeconfig, node, int(port))
+    app = web.Application(handler_args={"handler_cancellation": True})
+    app[OPEN] = {}
+    app.router.add_get("/containerLogs/{ns}/{pod}/{ctr}", container_logs)
+    app.router.add_get("/debug/streams", streams)
+    app.router.add_route("*", "/exec/{ns}/{pod}/{ctr}", exec_)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    web.run_app(app, host="127.0.0.1", port=int(port), ssl_context=ctx, print=None)
+
+
+if __name__ == "__main__":
+    main()
