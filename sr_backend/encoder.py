@@ -39,6 +39,9 @@ def make_session(path: str, threads: int = 0) -> ort.InferenceSession:
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Idle pool threads sleep instead of spinning: in a server the cores they would burn belong to the gateway,
+    # gRPC and the other models between forwards.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
 
 

@@ -1,6 +1,7 @@
 """Long inputs through /v1/embeddings: 5 MiB of English and 5 MiB of base64, under reject and truncate.
 
-Measures the request's wall time and the gateway process's peak-RSS growth (VmHWM after − before), to show that
+Measures the request's wall time and the gateway process's peak-RSS growth (VmHWM after − RSS before, with the
+peak reset before each request), to show that
 memory and time follow the token budget, not the input length. Targets: reject ≤ 0.3 s, truncate growth ≤ 100 MiB.
 
     .venv/bin/python -m tools.bench_long_input [--write]
@@ -41,11 +42,17 @@ def b64(size: int) -> str:
     return base64.b64encode(random.Random(9).randbytes(size * 3 // 4)).decode()[:size]
 
 
-def peak_rss_mib(pid: int) -> float:
+def status_mib(pid: int, field: str) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def reset_peak(pid: int) -> float:
+    """Reset the process's peak RSS to its current RSS (Linux: clear_refs 5) and return that RSS."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return status_mib(pid, "VmRSS")
 
 
 def post(url: str, body: bytes) -> tuple[float, dict[str, object]]:
@@ -63,7 +70,8 @@ def main() -> None:
     texts = {"English 5 MiB": english(SIZE), "base64 5 MiB": b64(SIZE)}
     lines = [f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. One request per row, to a gateway that "
              "served a short warm-up request first (tokenizer probed at load). RSS growth = the gateway process's "
-             "peak RSS (VmHWM) after the request minus before it; the JSON body itself is 5 MiB.", "",
+             "peak RSS during the request (VmHWM, reset before each request) minus its RSS before it; the JSON body "
+             "itself is 5 MiB.", "",
              "| input | overflow | wall s | peak RSS growth MiB | tokens reported | item |",
              "|---|---|---|---|---|---|"]
     with gateway(["--models", MODEL]) as (url, pid):
@@ -71,9 +79,9 @@ def main() -> None:
         for name, text in texts.items():
             for overflow in ("reject", "truncate"):
                 body = json.dumps({"model": MODEL, "input": text, "options": {"overflow": overflow}}).encode()
-                before = peak_rss_mib(pid)
+                before = reset_peak(pid)
                 wall, answer = post(url, body)
-                growth = peak_rss_mib(pid) - before
+                growth = status_mib(pid, "VmHWM") - before
                 item = answer["data"][0]  # type: ignore[index]
                 usage = item.get("input", {})
                 outcome = item.get("error", "embedded")

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 from aiohttp import web
 from pydantic import Field, StrictBool, StrictInt, StrictStr
-from tokenizers import Tokenizer
 
 from ..errors import ApiError, ItemError
 from ..runtime import Runtime, ServedModel
 from ..text import Encoded, InputTooLong, TextEncoder, UnsupportedTokenizer
-from ..text.envelope import Layout, pair_layout
 from .common import Call, Strict, input_usage, off_loop_if_large, response_meta, surface_route
 from .forward import Job, encode_each, forward
 
@@ -43,30 +40,6 @@ class RerankRequest(Strict):
     top_n: StrictInt | None = Field(default=None, ge=1)
     return_documents: StrictBool = False
     options: RerankOptions = RerankOptions()
-
-
-@dataclass(frozen=True)
-class _Encoders:
-    """A model's text encoder and pair frame, built once: building them parses and probes the tokenizer."""
-
-    tokenizer: Tokenizer  # the one they were built from; a reloaded tokenizer rebuilds them
-    text: TextEncoder
-    pair: Layout | None
-
-
-# The pair frame is derived once per model (the text encoder itself lives on the served model).
-_ENCODERS: dict[str, _Encoders] = {}
-
-
-def _encoders(model: ServedModel) -> _Encoders:
-    text = model.text_encoder()
-    tokenizer = model.tokenizer
-    assert tokenizer is not None
-    cached = _ENCODERS.get(model.id)
-    if cached is None or cached.tokenizer is not tokenizer:
-        cached = _Encoders(tokenizer, text, pair_layout(tokenizer))
-        _ENCODERS[model.id] = cached
-    return cached
 
 
 def _content(enc: Encoded) -> list[int]:
@@ -107,15 +80,15 @@ def _finite(x: float) -> float:
 
 
 # -- bi-encoder ---------------------------------------------------------------------------------------------------
-def _bi_jobs(req: RerankRequest, encoders: _Encoders, budget: int,
+def _bi_jobs(req: RerankRequest, encoder: TextEncoder, budget: int,
              ) -> tuple[Job, Encoded, list[Job], list[Encoded | None]]:
     """The query's job and one job per document; an over-long query fails the whole request (nothing to rank)."""
     overflow = req.options.overflow
     try:
-        query = encoders.text.encode(req.query, max_tokens=budget, overflow=overflow)
+        query = encoder.encode(req.query, max_tokens=budget, overflow=overflow)
     except InputTooLong as exc:
         raise ApiError("invalid_request", f"query: {exc.message}") from exc
-    jobs, encoded = encode_each(req.documents, lambda doc: encoders.text.encode(doc, max_tokens=budget,
+    jobs, encoded = encode_each(req.documents, lambda doc: encoder.encode(doc, max_tokens=budget,
                                                                                  overflow=overflow), noun="document")
     return Job(query.ids), query, jobs, encoded
 
@@ -128,37 +101,37 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 # -- cross-encoder ------------------------------------------------------------------------------------------------
-def _pair(encoders: _Encoders, query: str, whole_query: Encoded | None, doc: str, budget: int,
+def _pair(encoder: TextEncoder, query: str, whole_query: Encoded | None, doc: str, budget: int,
           overflow: Literal["reject", "truncate"]) -> Encoded:
     """One (query, document) pair within the budget; truncation keeps the query whole when it can.
 
     `encode_pair` cuts the longer side first, which keeps a query within half the room whole; a longer query that
     still fits with room to spare (`whole_query`) is kept whole here by cutting only the document.
     """
-    pair = encoders.text.encode_pair(query, doc, max_tokens=budget, overflow=overflow)
-    layout = encoders.pair
+    pair = encoder.encode_pair(query, doc, max_tokens=budget, overflow=overflow)
+    layout = encoder.pair_layout
     if not pair.truncated or whole_query is None or layout is None:
         return pair
     query_ids = _content(whole_query)
     if sum(1 for s in pair.sequence_ids if s == 0) == len(query_ids):
         return pair  # the query is already whole
-    single = sum(len(group) for group in encoders.text.envelope)
+    single = sum(len(group) for group in encoder.envelope)
     room = budget - layout.size - len(query_ids)  # document tokens left beside the whole query
-    doc_part = encoders.text.encode(doc, max_tokens=room + single, overflow="truncate")
+    doc_part = encoder.encode(doc, max_tokens=room + single, overflow="truncate")
     ids, type_ids, sequence_ids = layout.frame([query_ids, _content(doc_part)])
     offsets = ([(0, 0)] * len(layout.prefix) + _content_offsets(whole_query) + [(0, 0)] * len(layout.middle)
                + _content_offsets(doc_part) + [(0, 0)] * len(layout.suffix))
     return Encoded(ids, offsets, type_ids, sequence_ids, pair.tokens, True, pair.tokens_lower_bound)
 
 
-def _cross_jobs(req: RerankRequest, encoders: _Encoders, budget: int) -> tuple[list[Job], list[Encoded | None]]:
+def _cross_jobs(req: RerankRequest, encoder: TextEncoder, budget: int) -> tuple[list[Job], list[Encoded | None]]:
     """One job per pair; a query that leaves no room for any document fails the request under reject."""
-    layout = encoders.pair
+    layout = encoder.pair_layout
     if layout is None:
         raise ApiError("internal_error", "this model's tokenizer does not frame text pairs")
     overflow = req.options.overflow
     try:
-        query: Encoded | None = encoders.text.encode(req.query, max_tokens=budget, overflow="truncate")
+        query: Encoded | None = encoder.encode(req.query, max_tokens=budget, overflow="truncate")
     except InputTooLong:  # a budget smaller than the frame
         query = None
     whole = query is not None and not query.truncated and len(_content(query)) + layout.size < budget
@@ -168,7 +141,7 @@ def _cross_jobs(req: RerankRequest, encoders: _Encoders, budget: int) -> tuple[l
         raise ApiError("invalid_request", f"query: with a pair's special tokens it {taken} of max_length {budget} "
                                           "tokens, which leaves no room for a document")
     try:
-        return encode_each(req.documents, lambda doc: _pair(encoders, req.query, query if whole else None, doc,
+        return encode_each(req.documents, lambda doc: _pair(encoder, req.query, query if whole else None, doc,
                                                             budget, overflow), noun="document", pairs=True)
     except UnsupportedTokenizer as exc:
         raise ApiError("internal_error", f"this model's tokenizer cannot frame pairs: {exc}") from exc
@@ -183,19 +156,19 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
     spec = model.card.rerank
     assert spec is not None, "cards that serve rerank have a rerank section"
     budget = _budget(req, model)
-    encoders = _encoders(model)
+    encoder = model.text_encoder()
     query_job: Job | None = None
     query_enc: Encoded | None = None
     ran_query = False
     chars = len(req.query) + sum(map(len, req.documents))
     if spec.kind == "bi-encoder":
-        bi = await off_loop_if_large(chars, _bi_jobs, req, encoders, budget)
+        bi = await off_loop_if_large(chars, _bi_jobs, req, encoder, budget)
         query_job, query_enc, jobs, encoded = bi
         runnable = [j for j in jobs if j.error is None]
         ran_query = bool(runnable)  # with no document to score, the query need not run
         everything = [query_job, *jobs] if ran_query else jobs
     else:
-        jobs, encoded = await off_loop_if_large(chars, _cross_jobs, req, encoders, budget)
+        jobs, encoded = await off_loop_if_large(chars, _cross_jobs, req, encoder, budget)
         everything = jobs
     if timing is not None:
         timing.add("tokenize", started)

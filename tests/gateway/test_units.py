@@ -133,3 +133,23 @@ def test_forward_counts_overlapping_executions_once_and_queue_is_the_rest() -> N
     queue, forward = phase_times([vector(2, 5), vector(4, 7), vector(9, 10)], 0)
     assert (queue, forward) == (4.0, 6.0)
     assert phase_times([], 0) == (0.0, 0.0)
+
+
+def test_a_scores_head_gives_independent_sigmoids_selected_by_threshold_and_max_over_windows() -> None:
+    from gateway.cards import HeadSpec
+    from gateway.runtime import ServedModel
+    from gateway.surfaces.classify import Item, _answer
+    from gateway.surfaces.forward import Job
+    from gateway.triton import Execution, Result
+
+    head = HeadSpec(name="topics", kind="scores", labels=["a", "b", "c"], default_threshold=0.5)
+    model = ServedModel(discover(REPO, ["all-minilm-l6-v2"])[0])
+    execution = Execution(0, 1, 1, 1)
+    windows = [np.array([2.0, -2.0, -0.5], dtype=np.float32), np.array([-1.0, 1.0, -3.0], dtype=np.float32)]
+    item = Item(text="t", jobs=[Job([1], result=Result(w, execution, 0, 1)) for w in windows],
+                spans=[(0, 4), (2, 6)], usage={"tokens": 8, "processed_tokens": 12, "truncated": False, "windows": 2})
+    answer = _answer(model, head, item, threshold=0.5, return_tokens=False)
+    sig = 1 / (1 + np.exp(-np.maximum(windows[0], windows[1])))
+    assert answer["scores"] == {k: round(float(v), 6) for k, v in zip("abc", sig, strict=True)}
+    assert answer["selected"] == ["a", "b"]  # per-label max: sigmoid(2), sigmoid(1) ≥ 0.5 > sigmoid(-0.5)
+    assert [w["start"] for w in answer["windows"]] == [0, 2] and "probabilities" not in answer
