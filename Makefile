@@ -30,14 +30,10 @@ lint: venv
 test-gateway: models
 	$(BIN)/pytest -q tests/gateway
 
-test: lint test-gateway test-controlplane
+test: lint lint-controlplane test-gateway test-controlplane
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-# The control plane owns its own test target (test infrastructure: apiserver, keystone, postgres).
--include Makefile.controlplane
-ifeq ($(wildcard Makefile.controlplane),)
-test-controlplane:
-	@echo "no controlplane tests yet"
-endif
+# The control plane owns its own lint and test targets (test infrastructure: apiserver, keystone, postgres).
+include Makefile.controlplane

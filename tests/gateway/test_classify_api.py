@@ -169,6 +169,11 @@ def test_invalid_classify_requests_get_400_naming_the_problem(http: httpx.Client
     assert fragment in error(http, body)
 
 
+def test_max_inputs_per_request_is_enforced_at_its_edge(http: httpx.Client) -> None:
+    assert len(post(http, {"model": PII, "input": ["x"] * 256})["results"]) == 256
+    assert "at most 256" in error(http, {"model": PII, "input": ["x"] * 257})
+
+
 def test_an_embeddings_only_model_is_422_on_classify(http: httpx.Client) -> None:
     error(http, {"model": "all-minilm-l6-v2", "input": "x"}, 422)
 

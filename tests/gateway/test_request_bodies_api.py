@@ -66,11 +66,17 @@ def test_a_gzip_bomb_is_413_without_inflating_it(http: httpx.Client) -> None:
     assert r.status_code == 413
 
 
-def test_a_zstd_frame_with_a_window_over_8_mib_is_415(http: httpx.Client) -> None:
-    params = zstandard.ZstdCompressionParameters(window_log=24)  # 16 MiB window
-    stream = zstandard.ZstdCompressor(compression_params=params).compressobj()  # size unknown: window stays 16 MiB
-    frame = stream.compress(padded(1000)) + stream.flush()
-    r = raw(http, frame, **{"Content-Encoding": "zstd"})
+def zstd_frame(window_log: int, body: bytes) -> bytes:
+    params = zstandard.ZstdCompressionParameters(window_log=window_log)
+    stream = zstandard.ZstdCompressor(compression_params=params).compressobj()  # size unknown: window kept
+    frame = stream.compress(body) + stream.flush()
+    assert zstandard.get_frame_parameters(frame).window_size == 1 << window_log
+    return frame
+
+
+def test_a_zstd_window_of_exactly_8_mib_is_accepted_and_16_mib_is_415(http: httpx.Client) -> None:
+    assert raw(http, zstd_frame(23, padded(1000)), **{"Content-Encoding": "zstd"}).status_code == 200
+    r = raw(http, zstd_frame(24, padded(1000)), **{"Content-Encoding": "zstd"})
     assert r.status_code == 415
 
 
