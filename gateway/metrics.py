@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -36,12 +38,22 @@ class Metrics:
         self.model_info = Gauge("sr_gateway_model_info", "Served model identity (value 1)",
                                 ["model", "revision", "family", "engine", "device", "numerics"], registry=r)
 
+        self._children: dict[tuple[object, ...], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """The labelled child, cached: `labels()` validates and hashes on every call, a hot-path cost."""
+        key = (id(metric), *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
     def observe_request(self, endpoint: str, status: int, timing: Timing) -> None:
-        self.requests.labels(endpoint, str(status)).inc()
+        self.child(self.requests, endpoint, str(status)).inc()
         if timing.total_ms is not None:
-            self.request_seconds.labels(endpoint).observe(timing.total_ms / 1000.0)
+            self.child(self.request_seconds, endpoint).observe(timing.total_ms / 1000.0)
         for phase in PHASES:
-            self.phase_seconds.labels(endpoint, phase).observe(timing.ms[phase] / 1000.0)
+            self.child(self.phase_seconds, endpoint, phase).observe(timing.ms[phase] / 1000.0)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

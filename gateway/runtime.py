@@ -80,7 +80,7 @@ class Runtime:
     def set_status(self, model: ServedModel, status: str, reason: str | None = None) -> None:
         assert status in STATUSES
         model.status, model.reason = status, reason
-        self.metrics.model_ready.labels(model.id).set(1 if status == "ready" else 0)
+        self.metrics.child(self.metrics.model_ready, model.id).set(1 if status == "ready" else 0)
         self.metrics.ready.set(1 if self.all_ready() else 0)
 
     def fail_all(self, reason: str) -> None:
@@ -148,8 +148,8 @@ class Runtime:
                            f"model {model.id} has {model.inflight} inputs in flight; "
                            f"{inputs} more would exceed --max-queue {self.settings.max_queue}")
         model.inflight += inputs
-        self.metrics.queue_depth.labels(model.id).set(model.inflight)
+        self.metrics.child(self.metrics.queue_depth, model.id).set(model.inflight)
 
     def release(self, model: ServedModel, inputs: int) -> None:
         model.inflight -= inputs
-        self.metrics.queue_depth.labels(model.id).set(model.inflight)
+        self.metrics.child(self.metrics.queue_depth, model.id).set(model.inflight)

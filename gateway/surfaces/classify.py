@@ -250,7 +250,7 @@ async def classify(runtime: Runtime, model: ServedModel, req: ClassifyRequest, c
     input_tokens = 0
     for index, item in enumerate(items):
         answer = _answer(model, head, item, threshold, req.options.return_tokens)
-        runtime.metrics.inputs.labels(model.id, answer.get("error", "ok")).inc()
+        runtime.metrics.child(runtime.metrics.inputs, model.id, answer.get("error", "ok")).inc()
         if "input" in answer:
             input_tokens += answer["input"]["processed_tokens"]
         results.append({"index": index, **answer})

@@ -102,12 +102,12 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
         if job.result is None or item is None:
             error = job.error or ItemError("invalid_model_output", "no answer")
             entry.update(error=error.code, message=error.message)
-            runtime.metrics.inputs.labels(model.id, error.code).inc()
+            runtime.metrics.child(runtime.metrics.inputs, model.id, error.code).inc()
         else:
             entry["embedding"] = _vector(job.result.values, dimension, spec.normalized, req.encoding_format)
             entry["input"] = input_usage(item)
             prompt_tokens += item.tokens
-            runtime.metrics.inputs.labels(model.id, "ok").inc()
+            runtime.metrics.child(runtime.metrics.inputs, model.id, "ok").inc()
         data.append(entry)
     response: dict[str, Any] = {"object": "list", "data": data, "model": model.id,
                                 "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}

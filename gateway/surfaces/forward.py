@@ -113,9 +113,9 @@ async def forward(runtime: Runtime, model: ServedModel, jobs: list[Job], *, dead
     answered = [j.result for j in runnable if j.result is not None]
     queue_ms, forward_ms = phase_times(answered, submitted)
     for e in {(r.execution.started_ns, r.execution.forward_ns): r.execution for r in answered}.values():
-        runtime.metrics.batch_rows.labels(model.id).observe(e.rows)
-        runtime.metrics.batch_tokens.labels(model.id).observe(e.tokens)
-    runtime.metrics.input_tokens.labels(model.id).inc(sum(len(j.ids) for j in runnable))
+        runtime.metrics.child(runtime.metrics.batch_rows, model.id).observe(e.rows)
+        runtime.metrics.child(runtime.metrics.batch_tokens, model.id).observe(e.tokens)
+    runtime.metrics.child(runtime.metrics.input_tokens, model.id).inc(sum(len(j.ids) for j in runnable))
     if timing is not None:
         timing.ms["queue"] += queue_ms
         timing.ms["forward"] += forward_ms

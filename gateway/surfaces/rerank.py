@@ -207,14 +207,14 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
         if error is not None or enc is None:
             error = error or ItemError("invalid_model_output", "no answer")
             failed.append({"index": index, "error": error.code, "message": error.message})
-            runtime.metrics.inputs.labels(model.id, error.code).inc()
+            runtime.metrics.child(runtime.metrics.inputs, model.id, error.code).inc()
             continue
         entry: dict[str, Any] = {"index": index, "relevance_score": score, "logit": logit}
         if req.return_documents:
             entry["document"] = {"text": req.documents[index]}
         entry["input"] = input_usage(enc)
         input_tokens += enc.tokens
-        runtime.metrics.inputs.labels(model.id, "ok").inc()
+        runtime.metrics.child(runtime.metrics.inputs, model.id, "ok").inc()
         ranked.append(entry)
     # Highest score first; equal scores by logit (sigmoid saturates) and then in request order.
     ranked.sort(key=lambda e: (-e["relevance_score"], -e["logit"], e["index"]))
