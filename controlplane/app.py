@@ -39,6 +39,7 @@ _FAILURE = {
     "api_schemas": "listing deployments failed",
     "logs": "reading the logs failed",
     "exec": "opening the terminal session failed",
+    "metrics": "reading the deployment failed",
 }
 
 
@@ -260,6 +261,15 @@ def _exit_reason(data: bytes) -> str:
     return f"session ended: {status.get('message') or status.get('reason') or 'failure'}"
 
 
+async def deployment_metrics(request: web.Request) -> web.Response:
+    """GET /deployments/{id}/metrics?range=5m|15m|1h|3h&runtime=vllm."""
+    who = await _principal(request)
+    body = await request.app[SERVICE].metrics(
+        who, request.match_info["id"], request.query.get("range"), request.query.get("runtime")
+    )
+    return web.json_response(body)
+
+
 async def delete_deployment(request: web.Request) -> web.Response:
     """DELETE /deployments/{id}: 204 with no body."""
     who = await _principal(request)
@@ -298,4 +308,5 @@ def create_app(settings: Settings) -> web.Application:
     r.add_get(f"{PREFIX}/deployments/{{id}}/pods", deployment_pods, name="pods")
     r.add_get(f"{PREFIX}/deployments/{{id}}/logs", deployment_logs, name="logs")
     r.add_get(f"{PREFIX}/deployments/{{id}}/exec", deployment_exec, name="exec")
+    r.add_get(f"{PREFIX}/deployments/{{id}}/metrics", deployment_metrics, name="metrics")
     return app

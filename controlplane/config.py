@@ -28,6 +28,7 @@ class Settings:
     )
     architecture: str = "amd64"
     probe_timeout_s: float = 3.0
+    prometheus_url: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -45,4 +46,5 @@ class Settings:
             role_permissions=dict(roles),
             architecture=e.get("SR_CP_ARCHITECTURE", cls.architecture),
             probe_timeout_s=float(e.get("SR_CP_PROBE_TIMEOUT_S", cls.probe_timeout_s)),
+            prometheus_url=e.get("SR_CP_PROMETHEUS_URL") or None,
         )

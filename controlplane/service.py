@@ -35,6 +35,7 @@ from controlplane.errors import (
     unprocessable,
 )
 from controlplane.kube import KINDS, STOP_ANNOTATION, Kind, KubeBackend
+from controlplane.metrics import collect
 from controlplane.pods import current_pods
 from controlplane.probe import probe_all
 
@@ -560,6 +561,26 @@ class DeploymentService:
         """Open the log of the resolved pod."""
         kube, ns, pod = await self._target_pod(who, dep_id, pod, container, READ)
         return await kube.open_log(ns, pod, container, follow, tail)
+
+    async def metrics(self, who: Principal, dep_id: str, range_key: str | None, runtime: str | None) -> Any:
+        """Resource series (and vLLM series when asked for and the workload Service exists)."""
+        who.require(READ)
+        async with self.db.connect() as conn:
+            row = await self._get_row(conn, dep_id, who, write=False)
+        kube = self._require_kube()
+        if not self.settings.prometheus_url:
+            raise unavailable("monitoring (Prometheus) is not configured")
+        kind = self._kind(row, "invalid_backend")
+        want_vllm = (runtime or "").lower() == "vllm"
+        if want_vllm:
+            try:
+                obj = await kube.get(kind, _namespace(row.project_id), row.k8s_name)
+                want_vllm = workload.endpoint(obj) is not None
+            except ApiError:
+                want_vllm = False
+        return await collect(
+            self.settings.prometheus_url, _namespace(row.project_id), row.k8s_name, range_key, want_vllm
+        )
 
     async def delete(self, who: Principal, dep_id: str) -> None:
         """Workload first, then mark the record deleted; a workload that is already gone is fine."""

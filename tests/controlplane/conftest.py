@@ -471,7 +471,7 @@ async def catalog_db(db_url: str) -> str:
     return db_url
 
 
-async def _client(settings: Settings) -> TestClient[Any, Any]:
+async def make_client(settings: Settings) -> TestClient[Any, Any]:
     tc: TestClient[Any, Any] = TestClient(TestServer(create_app(settings), host="127.0.0.1"))
     await tc.start_server()
     return tc
@@ -491,7 +491,7 @@ def settings_for(env: dict[str, str], db: str, *, kube: bool = True, ttl: float 
 @pytest_asyncio.fixture(scope="session")
 async def api(env: dict[str, str], catalog_db: str) -> AsyncIterator[Api]:
     """The service as deployed: catalog + Kubernetes + Keystone."""
-    tc = await _client(settings_for(env, catalog_db))
+    tc = await make_client(settings_for(env, catalog_db))
     yield Api(tc)
     await tc.close()
 
@@ -499,7 +499,7 @@ async def api(env: dict[str, str], catalog_db: str) -> AsyncIterator[Api]:
 @pytest_asyncio.fixture(scope="session")
 async def api_short_ttl(env: dict[str, str], catalog_db: str) -> AsyncIterator[Api]:
     """The service with a one-second token cache, to watch a revocation take effect."""
-    tc = await _client(settings_for(env, catalog_db, ttl=SHORT_TOKEN_TTL_S))
+    tc = await make_client(settings_for(env, catalog_db, ttl=SHORT_TOKEN_TTL_S))
     yield Api(tc)
     await tc.close()
 
@@ -507,7 +507,7 @@ async def api_short_ttl(env: dict[str, str], catalog_db: str) -> AsyncIterator[A
 @pytest_asyncio.fixture(scope="session")
 async def api_nokube(env: dict[str, str], catalog_db: str) -> AsyncIterator[Api]:
     """The same catalog served by a platform where Kubernetes is not configured."""
-    tc = await _client(settings_for(env, catalog_db, kube=False))
+    tc = await make_client(settings_for(env, catalog_db, kube=False))
     yield Api(tc)
     await tc.close()
 
@@ -519,7 +519,7 @@ async def api_broken(env: dict[str, str], tmp_path_factory: pytest.TempPathFacto
         engine = make_engine(url)
         await migrate(engine)
         await import_catalog(engine, public_catalog())
-        tc = await _client(settings_for(env, url))
+        tc = await make_client(settings_for(env, url))
         async with engine.begin() as conn:
             await conn.execute(sa.text("DROP TABLE deployments"))
         await engine.dispose()

@@ -5,7 +5,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
-PKGS=(etcd-server python3-keystone gunicorn postgresql openssl golang-go rsync jq dpkg-dev
+PKGS=(etcd-server python3-keystone gunicorn postgresql prometheus openssl golang-go rsync jq dpkg-dev
       golang-github-modern-go-reflect2-dev curl)
 
 missing=()

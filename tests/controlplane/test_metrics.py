@@ -1,0 +1,177 @@
+"""GET /deployments/{id}/metrics against a real Prometheus loaded with known history (promtool backfill)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from tests.controlplane.conftest import Api, Cluster, Keystone, Project, make_client, settings_for, vllm
+
+pytestmark = pytest.mark.asyncio
+METRICS = "/deployments/{id}/metrics"
+KIND = "LLMInferenceService"
+INTERVAL = 15
+HISTORY_S = 3 * 3600 + 1200
+RATES = {"cpu": 0.5, "rx": 1024.0, "tx": 2048.0, "prompt": 180.5, "gen": 72.3, "reqs": 4.0}
+MEMORY = 8589934592
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def openmetrics(ns: str, pod: str, now: int) -> str:
+    """History with exactly known rates: linear counters, a constant gauge, histograms in one bucket."""
+    times = list(range(now - HISTORY_S, now, INTERVAL))
+    ts0 = times[0]
+    out: list[str] = []
+
+    def family(name: str, kind: str, rows: list[tuple[str, str, float]]) -> None:
+        out.append(f"# TYPE {name} {kind}")
+        for sample, labels, per_s in rows:
+            for t in times:
+                value = per_s if kind == "gauge" else per_s * (t - ts0)
+                out.append(f"{sample}{{{labels}}} {value} {t}")
+
+    sel = f'namespace="{ns}",pod="{pod}"'
+    family("container_cpu_usage_seconds", "counter", [
+        ("container_cpu_usage_seconds_total", f'{sel},container="main"', RATES["cpu"]),
+        ("container_cpu_usage_seconds_total", f'namespace="elsewhere",pod="{pod}",container="main"', 9.0)])
+    family("container_memory_working_set_bytes", "gauge", [
+        ("container_memory_working_set_bytes", f'{sel},container="main"', MEMORY)])
+    family("container_network_receive_bytes", "counter", [
+        ("container_network_receive_bytes_total", f'{sel},interface="eth0"', RATES["rx"])])
+    family("container_network_transmit_bytes", "counter", [
+        ("container_network_transmit_bytes_total", f'{sel},interface="eth0"', RATES["tx"])])
+    n = RATES["reqs"]
+    for metric, low, high, avg in (("vllm:time_to_first_token_seconds", "0.1", "0.2", 0.14),
+                                   ("vllm:time_per_output_token_seconds", "0.01", "0.03", 0.02)):
+        family(metric, "histogram", [
+            (f"{metric}_bucket", f'{sel},le="{low}"', 0.0),
+            (f"{metric}_bucket", f'{sel},le="{high}"', n),
+            (f"{metric}_bucket", f'{sel},le="+Inf"', n),
+            (f"{metric}_sum", sel, avg * n),
+            (f"{metric}_count", sel, n)])
+    family("vllm:prompt_tokens", "counter", [("vllm:prompt_tokens_total", sel, RATES["prompt"])])
+    family("vllm:generation_tokens", "counter", [("vllm:generation_tokens_total", sel, RATES["gen"])])
+    return "\n".join(out) + "\n# EOF\n"
+
+
+@pytest_asyncio.fixture(scope="module")
+async def metered(
+    env: dict[str, str], catalog_db: str, keystone: Keystone, cluster: Cluster, tmp_path_factory: Any
+) -> AsyncIterator[tuple[Api, Project, dict[str, Any], dict[str, Any]]]:
+    """A project with two deployments, Prometheus holding 3 h of history for one of them, and the
+    control plane configured with that Prometheus."""
+    project = await keystone.project()
+    await cluster.provision(project.ns)
+    tc0 = await make_client(settings_for(env, catalog_db))
+    plain = Api(tc0)
+    served = await plain.create(project.member, **vllm("metered"))
+    quiet = await plain.create(project.member, **vllm("quiet"))
+    await tc0.close()
+    await cluster.set_status(KIND, project.ns, "metered", {
+        "conditions": [{"type": "Ready", "status": "True"}], "addresses": [{"url": "http://metered.svc"}]})
+
+    d: Path = tmp_path_factory.mktemp("prometheus")
+    (d / "data.om").write_text(openmetrics(project.ns, "metered-kserve-0", int(time.time())))
+    (d / "prometheus.yml").write_text("global:\n  scrape_interval: 1m\n")
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(d / "data.om"), str(d / "data")],
+                   check=True, capture_output=True)
+    port = _free_port()
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=(d / "prometheus.log").open("w"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):
+                try:
+                    async with http.get(f"{url}/-/ready") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+        settings = settings_for(env, catalog_db)
+        tc = await make_client(type(settings)(**{**settings.__dict__, "prometheus_url": url}))
+        yield Api(tc), project, served, quiet
+        await tc.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize(("query", "seconds", "step"), [
+    ("?range=5m", 300, 15), ("?range=15m", 900, 15), ("?range=1h", 3600, 60), ("?range=3h", 10800, 180),
+    ("", 1800, 30), ("?range=2d", 1800, 30)])
+async def test_resource_series_have_the_exact_values_and_about_60_points_with_a_15s_minimum_step(
+    metered: tuple[Api, Project, dict[str, Any], dict[str, Any]], query: str, seconds: int, step: int
+) -> None:
+    api, project, served, _ = metered
+    _, body = await api.call("GET", METRICS + query, project.reader, expect=200, id=served["id"])
+    assert body["stepSeconds"] == step
+    assert "vllm" not in body
+    for key, expected in (("cpu", RATES["cpu"]), ("memory", MEMORY), ("netRx", RATES["rx"]),
+                          ("netTx", RATES["tx"])):
+        series = body[key]
+        assert abs(len(series) - (seconds // step + 1)) <= 1, (key, len(series))
+        assert all(b[0] - a[0] == step for a, b in pairwise(series))
+        assert all(v == pytest.approx(expected, rel=1e-9) for _, v in series), key
+
+
+async def test_runtime_vllm_adds_latency_and_throughput_when_the_service_exists(
+    metered: tuple[Api, Project, dict[str, Any], dict[str, Any]]
+) -> None:
+    api, project, served, quiet = metered
+    _, body = await api.call("GET", METRICS + "?range=1h&runtime=VLLM", project.member, expect=200,
+                             id=served["id"])
+    llm = body["vllm"]
+    expected = {"ttftP50": 0.15, "ttftP95": 0.195, "ttftP99": 0.199, "ttftAvg": 0.14,
+                "tpotP50": 0.02, "tpotP95": 0.029, "tpotP99": 0.0298, "tpotAvg": 0.02,
+                "promptThroughput": 180.5, "generationThroughput": 72.3, "totalThroughput": 252.8}
+    assert set(llm) == set(expected)
+    for key, value in expected.items():
+        assert llm[key] and all(v == pytest.approx(value, rel=1e-9) for _, v in llm[key]), key
+    # No workload Service reported yet: resource series only.
+    _, body = await api.call("GET", METRICS + "?runtime=vllm", project.member, expect=200, id=quiet["id"])
+    assert "vllm" not in body and body["cpu"] == []
+
+
+async def test_metrics_status_codes(
+    env: dict[str, str], catalog_db: str, api: Api, api_nokube: Api, api_broken: Api,
+    metered: tuple[Api, Project, dict[str, Any], dict[str, Any]]
+) -> None:
+    papi, project, served, _ = metered
+    assert (await papi.call("GET", METRICS, None, id=served["id"]))[0] == 401
+    assert (await papi.call("GET", METRICS, project.observer, id=served["id"]))[0] == 403
+    await papi.call("GET", METRICS, project.member, expect=404, id="deployment-nope")
+    catalog_only = await api_nokube.create(project.member, **vllm())
+    _, err = await papi.call("GET", METRICS, project.member, expect=422, id=catalog_only["id"])
+    assert err["error"] == "invalid_backend"
+    _, err = await api.call("GET", METRICS, project.member, expect=503, id=served["id"])  # no Prometheus
+    assert err["error"] == "unavailable"
+    await api_nokube.call("GET", METRICS, project.member, expect=503, id=served["id"])
+    await api_broken.call("GET", METRICS, project.member, expect=500, id=served["id"])
+    settings = settings_for(env, catalog_db)
+    dead_url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    dead = await make_client(type(settings)(**{**settings.__dict__, "prometheus_url": dead_url}))
+    try:
+        _, err = await Api(dead).call("GET", METRICS, project.member, expect=502, id=served["id"])
+        assert err["error"] == "prometheus_error" and "Prometheus query failed" in err["message"]
+    finally:
+        await dead.close()
