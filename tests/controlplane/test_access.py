@@ -15,6 +15,7 @@ ENDPOINTS = [
     ("GET", "/deployments/{id}/pods", None),
     ("GET", "/deployments/{id}/logs", None),
     ("GET", "/deployments/{id}/exec", None),
+    ("GET", "/deployments/{id}/metrics", None),
     ("PATCH", "/deployments/{id}", {"name": "hijacked"}),
     ("PATCH", "/deployments/{id}", {"replicas": 5}),
     ("POST", "/deployments/{id}/stop", None),

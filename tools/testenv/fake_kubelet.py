@@ -27,7 +27,7 @@ def register_node(kubeconfig: str, node: str, port: int) -> None:
     """Create the Node and report where its kubelet listens, like a kubelet does at start."""
     core = client.CoreV1Api(config.new_client_from_config(kubeconfig))
     try:
-        core.create_node({"metadata": {"name": node}})
+        core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=node)))
     except client.exceptions.ApiException as exc:
         if exc.status != 409:
             raise
