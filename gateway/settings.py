@@ -31,7 +31,8 @@ class Settings:
     max_queue: int = field(default=8192, metadata={
         "help": "most inputs waiting or running per model before requests get 429 overloaded"})
     shutdown_seconds: float = field(default=30.0, metadata={"help": "how long SIGTERM waits for in-flight requests"})
-    threads: int = field(default=0, metadata={"help": "ONNX Runtime intra-op threads per model (0 = all cores)"})
+    threads: int = field(default=0, metadata={
+        "help": "ONNX Runtime intra-op threads per model instance (0 = the model config's intra_op_threads)"})
     log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
 
     @staticmethod

@@ -91,8 +91,7 @@ def main() -> None:
             rows.append({"set": name, "c": c, "side": "in-process", **r.summary()})
             print(rows[-1], flush=True)
     grpc_port = free_port()
-    with gateway(["--triton-grpc-port", str(grpc_port), "--threads", str(threads),
-                  "--models", f"{PII},{EMBEDDER}"]) as (url, _):
+    with gateway(["--triton-grpc-port", str(grpc_port), "--models", f"{PII},{EMBEDDER}"]) as (url, _):
         triton = f"127.0.0.1:{grpc_port}"
         for name, (model, _, body, path) in workloads.items():
             asyncio.run(http_load(url, path, body, 8, 32))  # warm up
@@ -104,9 +103,10 @@ def main() -> None:
                              "batch": (after[0] - before[0]) / max(after[1] - before[1], 1)})
                 print(rows[-1], flush=True)
     table = render_comparison(rows, (
-        f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. ONNX Runtime intra-op threads: {threads} on both "
-        f"sides. {args.requests} requests per cell, closed loop; the load generator runs on the same cores. A rerank "
-        "request is 9 model inputs (query + 8 documents)."))
+        f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. In-process: one ONNX Runtime session with "
+        f"{threads} intra-op threads; Triton: the models' configs (2 instances × 1 thread). {args.requests} requests "
+        "per cell, closed loop; the load generator runs on the same cores. A rerank request is 9 model inputs "
+        "(query + 8 documents)."))
     print(table)
     if args.write:
         replace_section(ROOT / "docs" / "benchmarks.md", "bench_classify_rerank", table)

@@ -85,7 +85,7 @@ def main() -> None:
             print(rows[-1], flush=True)
     del runner
     grpc_port = free_port()
-    with gateway(["--triton-grpc-port", str(grpc_port), "--threads", str(threads), "--models", MODEL]) as (url, _):
+    with gateway(["--triton-grpc-port", str(grpc_port), "--models", MODEL]) as (url, _):
         triton = f"127.0.0.1:{grpc_port}"
         for name, texts in sets.items():
             def body(i: int, texts: list[str] = texts) -> dict[str, Any]:
@@ -100,9 +100,10 @@ def main() -> None:
                              "batch": (after[0] - before[0]) / max(after[1] - before[1], 1)})
                 print(rows[-1], flush=True)
     table = render_comparison(rows, (
-        f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. ONNX Runtime intra-op threads: {threads} on both "
-        f"sides. {args.requests} requests per cell, one text per request, closed loop; the load generator runs on "
-        "the same cores. Gateway own time = Server-Timing total − queue − forward."))
+        f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. In-process: one ONNX Runtime session with "
+        f"{threads} intra-op threads; Triton: the model's config (2 instances × 1 thread). {args.requests} requests "
+        "per cell, one text per request, closed loop; the load generator runs on the same cores. Gateway own time "
+        "= Server-Timing total − queue − forward."))
     print(table)
     if args.write:
         replace_section(ROOT / "docs" / "benchmarks.md", "bench_embeddings", table)

@@ -21,6 +21,7 @@ from kubernetes import client, config
 
 LINES = 10
 OPEN = web.AppKey("open", dict)
+RESIZES = web.AppKey("resizes", dict)
 
 
 def register_node(kubeconfig: str, node: str, port: int) -> None:
@@ -91,9 +92,13 @@ async def exec_(request: web.Request) -> web.WebSocketResponse:
     async def feed() -> None:
         async for msg in ws:
             data = msg.data if isinstance(msg.data, bytes) else str(msg.data).encode()
-            if msg.type in (WSMsgType.BINARY, WSMsgType.TEXT) and data[:1] == b"\x00":
+            if msg.type not in (WSMsgType.BINARY, WSMsgType.TEXT):
+                continue
+            if data[:1] == b"\x00":
                 stdin.write(data[1:])
                 await stdin.drain()
+            elif data[:1] == b"\x04":  # terminal size: remembered per pod for /debug/resizes
+                request.app[RESIZES][request.match_info["pod"]] = json.loads(data[1:])
         if proc.returncode is None:  # client hung up: close stdin, then kill
             stdin.close()
             await asyncio.sleep(0.5)
@@ -123,13 +128,19 @@ async def streams(request: web.Request) -> web.Response:
     return web.json_response({k: v for k, v in request.app[OPEN].items() if v})
 
 
+async def resizes(request: web.Request) -> web.Response:
+    return web.json_response(request.app[RESIZES])
+
+
 def main() -> None:
     kubeconfig, cert, key, port, node = sys.argv[1:6]
     register_node(kubeconfig, node, int(port))
     app = web.Application(handler_args={"handler_cancellation": True})
     app[OPEN] = {}
+    app[RESIZES] = {}
     app.router.add_get("/containerLogs/{ns}/{pod}/{ctr}", container_logs)
     app.router.add_get("/debug/streams", streams)
+    app.router.add_get("/debug/resizes", resizes)
     app.router.add_route("*", "/exec/{ns}/{pod}/{ctr}", exec_)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
