@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from tests.controlplane.conftest import Api, Cluster, Project, validate_response, vllm
-from tests.controlplane.test_logs import kubelet_streams
+from tests.controlplane.test_logs import kubelet_debug, kubelet_streams
 
 pytestmark = pytest.mark.asyncio
 EXEC = "/deployments/{id}/exec"
@@ -42,12 +42,13 @@ async def test_a_terminal_session_runs_input_and_ends_with_a_reason_and_a_normal
     api: Api, project: Project, cluster: Cluster
 ) -> None:
     d = await api.create(project.member, **vllm("shell"))
-    await cluster.add_pod(KIND, project.ns, "shell")
+    pod = await cluster.add_pod(KIND, project.ns, "shell")
     ws = await api.http.ws_connect(f"/api/v1/deployments/{d['id']}/exec?container=main",
                                    headers={"x-keystone-token": project.member})
     await ws.send_json({"type": "resize", "cols": 120, "rows": 30})
     await ws.send_json({"type": "input", "data": "echo hello-from-pod\n"})
     assert "hello-from-pod" in await read_until(ws, "hello-from-pod")
+    assert (await kubelet_debug("resizes"))[pod] == {"Width": 120, "Height": 30}  # resize -> channel 4
     await ws.send_json({"type": "input", "data": "exit 3\n"})
     assert "session ended: exit code 3" in await read_until(ws, "session ended")
     msg = await asyncio.wait_for(ws.receive(), 10)

@@ -28,13 +28,18 @@ async def get_logs(api: Api, token: str | None, dep_id: str, query: str = "") ->
         return resp.status, body, resp.headers
 
 
-async def kubelet_streams() -> dict[str, int]:
+async def kubelet_debug(what: str = "streams") -> dict[str, Any]:
+    """What the fake kubelet saw: open log streams / exec sessions, or the last terminal size per pod."""
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     async with aiohttp.ClientSession() as http, http.get(
-        os.environ["SR_TEST_KUBELET_URL"] + "/debug/streams", ssl=ctx
+        os.environ["SR_TEST_KUBELET_URL"] + f"/debug/{what}", ssl=ctx
     ) as r:
         return dict(await r.json())
+
+
+async def kubelet_streams() -> dict[str, int]:
+    return await kubelet_debug("streams")
 
 
 def lines(ns: str, pod: str, start: int, end: int, ctr: str = "main") -> str:
