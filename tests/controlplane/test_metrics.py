@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import time
@@ -96,6 +97,9 @@ async def metered(
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=(d / "prometheus.log").open("w"),
     )
+    if run_dir := os.environ.get("SR_TESTENV_DIR"):  # tools/testenv/down.sh stops it even if pytest dies
+        with open(Path(run_dir) / "pids", "a") as pids:
+            pids.write(f"prometheus {proc.pid}\n")
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as http:
