@@ -126,8 +126,11 @@ class Triton:
             inputs[1].set_data_from_numpy(np.asarray(type_ids, dtype=np.int64).reshape(1, -1))
         submitted = time.time_ns()
         try:
+            # timeout: Triton drops the request if it is still queued then; client_timeout: the gRPC deadline, which
+            # also covers waiting for a stream on the channel before Triton has even seen the request.
             result = await self._client.infer(model, inputs, outputs=[InferRequestedOutput(output), _TIMING],
-                                              timeout=timeout_us)
+                                              timeout=timeout_us,
+                                              client_timeout=None if timeout_us is None else timeout_us / 1e6)
         except InferenceServerException as exc:
             raise _failure(exc) from exc
         values = result.as_numpy(output)

@@ -17,6 +17,11 @@ from ..text import Encoded, InputTooLong
 from ..timing import Timing
 from ..triton import Result, TritonFailure
 
+# Most Triton calls one HTTP request keeps in flight. The gRPC channel carries a bounded number of concurrent
+# streams; without this bound a request with thousands of inputs would take them all and every other request
+# would wait behind it. Triton still sees enough at once to fill its batches (max_batch_size 128 per model).
+PER_REQUEST_IN_FLIGHT = 64
+
 
 @dataclass
 class Job:
@@ -106,8 +111,14 @@ async def forward(runtime: Runtime, model: ServedModel, jobs: list[Job], *, dead
     deadline = deadline_ns(deadline_ms, timing)
     submitted = time.time_ns()
     runtime.admit(model, len(runnable))
+    window = asyncio.Semaphore(PER_REQUEST_IN_FLIGHT)
+
+    async def run(job: Job) -> None:
+        async with window:
+            await _run(runtime, model, job, deadline)
+
     try:
-        await asyncio.gather(*(_run(runtime, model, j, deadline) for j in runnable))
+        await asyncio.gather(*(run(j) for j in runnable))
     finally:
         runtime.release(model, len(runnable))
     answered = [j.result for j in runnable if j.result is not None]

@@ -188,3 +188,26 @@ def test_a_deadline_that_has_passed_fails_each_input_with_deadline_exceeded(http
     assert [d.get("error") for d in r["data"]] == ["deadline_exceeded", "deadline_exceeded"]
     ok = post(http, {"input": ["a"], "options": {"deadline_ms": 30000}}).json()
     assert "embedding" in ok["data"][0]
+
+
+def test_a_huge_request_does_not_starve_others_and_deadlines_hold_while_queued(gateway_url: str) -> None:
+    import asyncio
+
+    async def run() -> tuple[dict, dict, dict, list[str]]:  # type: ignore[type-arg]
+        done: list[str] = []
+        async with httpx.AsyncClient(base_url=gateway_url, timeout=120) as client:
+            async def send(name: str, body: dict) -> dict:  # type: ignore[type-arg]
+                r = await client.post("/v1/embeddings", json={"model": MODEL, **body})
+                done.append(name)
+                return r.json()  # type: ignore[no-any-return]
+
+            busy = asyncio.create_task(send("huge", {"input": [f"keep the model busy {i} " * 40 for i in range(512)]}))
+            await asyncio.sleep(0.5)  # the huge request is now being worked through
+            small = asyncio.create_task(send("small", {"input": ["a small request"]}))
+            late = await send("late", {"input": ["short"] * 4, "options": {"deadline_ms": 150}})
+            return await busy, await small, late, done
+
+    busy, small, late, done = asyncio.run(run())
+    assert all("embedding" in d for d in busy["data"]) and "embedding" in small["data"][0]
+    assert done.index("small") < done.index("huge") and done.index("late") < done.index("huge")
+    assert [d.get("error") for d in late["data"]] == ["deadline_exceeded"] * 4
