@@ -65,6 +65,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=600, help="requests per cell")
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--gateway-args", default="", help="extra `sr-gateway serve` flags, e.g. '--threads 2'")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     threads = os.cpu_count() or 1
@@ -85,7 +86,7 @@ def main() -> None:
             print(rows[-1], flush=True)
     del runner
     grpc_port = free_port()
-    with gateway(["--triton-grpc-port", str(grpc_port), "--models", MODEL]) as (url, _):
+    with gateway(["--triton-grpc-port", str(grpc_port), "--models", MODEL, *args.gateway_args.split()]) as (url, _):
         triton = f"127.0.0.1:{grpc_port}"
         for name, texts in sets.items():
             def body(i: int, texts: list[str] = texts) -> dict[str, Any]:
