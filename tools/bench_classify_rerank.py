@@ -26,11 +26,10 @@ from tools.benchlib import (
     InProcessBatcher,
     free_port,
     gateway,
-    http_load,
+    gateway_cells,
     inprocess_load,
     machine,
     render_comparison,
-    triton_counts,
 )
 from tools.docs import replace_section
 
@@ -94,14 +93,7 @@ def main() -> None:
     with gateway(["--triton-grpc-port", str(grpc_port), "--models", f"{PII},{EMBEDDER}"]) as (url, _):
         triton = f"127.0.0.1:{grpc_port}"
         for name, (model, _, body, path) in workloads.items():
-            asyncio.run(http_load(url, path, body, 8, 32))  # warm up
-            for c in levels:
-                before = triton_counts(triton, model)
-                r = asyncio.run(http_load(url, path, body, c, args.requests))
-                after = triton_counts(triton, model)
-                rows.append({"set": name, "c": c, "side": "gateway", **r.summary(),
-                             "batch": (after[0] - before[0]) / max(after[1] - before[1], 1)})
-                print(rows[-1], flush=True)
+            rows += gateway_cells(url, triton, model, path, body, name, levels, args.requests)
     table = render_comparison(rows, (
         f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. In-process: one ONNX Runtime session with "
         f"{threads} intra-op threads; Triton: the models' configs (2 instances × 1 thread). {args.requests} requests "

@@ -25,11 +25,10 @@ from tools.benchlib import (
     InProcessBatcher,
     free_port,
     gateway,
-    http_load,
+    gateway_cells,
     inprocess_load,
     machine,
     render_comparison,
-    triton_counts,
 )
 from tools.docs import replace_section
 
@@ -92,14 +91,7 @@ def main() -> None:
             def body(i: int, texts: list[str] = texts) -> dict[str, Any]:
                 return {"model": MODEL, "input": texts[i % len(texts)]}
 
-            asyncio.run(http_load(url, "/v1/embeddings", body, 8, 64))  # warm up
-            for c in levels:
-                before = triton_counts(triton, MODEL)
-                r = asyncio.run(http_load(url, "/v1/embeddings", body, c, args.requests))
-                after = triton_counts(triton, MODEL)
-                rows.append({"set": name, "c": c, "side": "gateway", **r.summary(),
-                             "batch": (after[0] - before[0]) / max(after[1] - before[1], 1)})
-                print(rows[-1], flush=True)
+            rows += gateway_cells(url, triton, MODEL, "/v1/embeddings", body, name, levels, args.requests)
     table = render_comparison(rows, (
         f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. In-process: one ONNX Runtime session with "
         f"{threads} intra-op threads; Triton: the model's config (2 instances × 1 thread). {args.requests} requests "

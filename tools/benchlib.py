@@ -201,3 +201,18 @@ def render_comparison(rows: list[dict[str, Any]], header: str) -> str:
             f"{r['p50_ms']:.1f} / {r['p99_ms']:.1f} | {r.get('own_p50_ms', 0):.2f} / {r.get('own_p99_ms', 0):.2f} | "
             f"{r['batch']:.1f} |")
     return "\n".join(lines)
+
+
+def gateway_cells(url: str, triton: str, model: str, path: str, body: Callable[[int], dict[str, Any]], name: str,
+                  levels: list[int], requests: int) -> list[dict[str, Any]]:
+    """One warm-up, then a closed-loop cell per concurrency level, with Triton's batching ratio for the cell."""
+    asyncio.run(http_load(url, path, body, 8, 32))
+    rows = []
+    for c in levels:
+        before = triton_counts(triton, model)
+        r = asyncio.run(http_load(url, path, body, c, requests))
+        after = triton_counts(triton, model)
+        rows.append({"set": name, "c": c, "side": "gateway", **r.summary(),
+                     "batch": (after[0] - before[0]) / max(after[1] - before[1], 1)})
+        print(rows[-1], flush=True)
+    return rows

@@ -7,11 +7,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from ..body import read_json
 from ..errors import RETRY_AFTER, ApiError
@@ -32,6 +32,15 @@ class Strict(BaseModel):
     """Request objects: unknown members are errors, and no type coercion ("5" is not 5, 1 is not true)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class TextOptions(Strict):
+    """Options of surfaces that read each text up to a token budget (embeddings, rerank)."""
+
+    overflow: Literal["reject", "truncate"] = "reject"
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    deadline_ms: float | StrictInt | None = Field(default=None, gt=0)
+    return_meta: StrictBool = False
 
 
 def _location(loc: tuple[Any, ...]) -> str:

@@ -12,19 +12,12 @@ from typing import Any, Literal
 
 import numpy as np
 from aiohttp import web
-from pydantic import Field, StrictBool, StrictInt, StrictStr
+from pydantic import Field, StrictInt, StrictStr
 
 from ..errors import ApiError, ItemError
 from ..runtime import Runtime, ServedModel
-from .common import Call, Strict, input_usage, off_loop_if_large, response_meta, surface_route
+from .common import Call, Strict, TextOptions, input_usage, off_loop_if_large, response_meta, surface_route
 from .forward import encode_each, forward
-
-
-class EmbeddingsOptions(Strict):
-    overflow: Literal["reject", "truncate"] = "reject"
-    max_tokens: StrictInt | None = Field(default=None, ge=1)
-    deadline_ms: float | StrictInt | None = Field(default=None, gt=0)
-    return_meta: StrictBool = False
 
 
 class EmbeddingsRequest(Strict):
@@ -35,7 +28,7 @@ class EmbeddingsRequest(Strict):
     layer: StrictInt | None = None
     input_type: StrictStr | None = None
     user: StrictStr | None = None
-    options: EmbeddingsOptions = EmbeddingsOptions()
+    options: TextOptions = TextOptions()
 
 
 def _check(req: EmbeddingsRequest, model: ServedModel) -> tuple[int, int, int]:

@@ -22,15 +22,8 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 from ..errors import ApiError, ItemError
 from ..runtime import Runtime, ServedModel
 from ..text import Encoded, InputTooLong, TextEncoder, UnsupportedTokenizer
-from .common import Call, Strict, input_usage, off_loop_if_large, response_meta, surface_route
+from .common import Call, Strict, TextOptions, input_usage, off_loop_if_large, response_meta, surface_route
 from .forward import Job, encode_each, forward
-
-
-class RerankOptions(Strict):
-    overflow: Literal["reject", "truncate"] = "reject"
-    max_tokens: StrictInt | None = Field(default=None, ge=1)
-    deadline_ms: float | StrictInt | None = Field(default=None, gt=0)
-    return_meta: StrictBool = False
 
 
 class RerankRequest(Strict):
@@ -39,7 +32,7 @@ class RerankRequest(Strict):
     documents: list[StrictStr] = Field(min_length=1)
     top_n: StrictInt | None = Field(default=None, ge=1)
     return_documents: StrictBool = False
-    options: RerankOptions = RerankOptions()
+    options: TextOptions = TextOptions()
 
 
 def _content(enc: Encoded) -> list[int]:
