@@ -583,14 +583,16 @@ class DeploymentService:
         )
 
     async def delete(self, who: Principal, dep_id: str) -> None:
-        """Workload first, then mark the record deleted; a workload that is already gone is fine."""
+        """Workload first, then mark the record deleted. A workload that no longer exists is 404 (the spec's table:
+        "部署或目标 Kubernetes 对象不存在"), and the record is left as it is."""
         project = who.require_project()
         who.require(WRITE)
         async with self.db.connect() as conn:
             row = await self._get_row(conn, dep_id, who, write=True)
         if self.kube is not None and row.backend_catalog == "k8s" and row.backend_type in KINDS:
             kind = KINDS[row.backend_type]
-            await self.kube.delete(kind, _namespace(project), row.k8s_name, row.backend_uid)
+            if not await self.kube.delete(kind, _namespace(project), row.k8s_name, row.backend_uid):
+                raise not_found(f"deployment {dep_id}: its {kind.name} {row.k8s_name} does not exist")
         elif row.backend_catalog == "k8s":
             log.warning("deployment %s: Kubernetes not configured, workload %s kept", dep_id, row.k8s_name)
         now = utcnow()

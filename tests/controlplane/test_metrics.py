@@ -23,6 +23,9 @@ METRICS = "/deployments/{id}/metrics"
 KIND = "LLMInferenceService"
 INTERVAL = 15
 HISTORY_S = 3 * 3600 + 1200
+# History also runs this far past "now": a query's last points then still have samples on both sides of their rate
+# window. Ending the history at fixture time made the newest points extrapolate (flaky exact values).
+FUTURE_S = 1800
 RATES = {"cpu": 0.5, "rx": 1024.0, "tx": 2048.0, "prompt": 180.5, "gen": 72.3, "reqs": 4.0}
 MEMORY = 8589934592
 
@@ -35,7 +38,7 @@ def _free_port() -> int:
 
 def openmetrics(ns: str, pod: str, now: int) -> str:
     """History with exactly known rates: linear counters, a constant gauge, histograms in one bucket."""
-    times = list(range(now - HISTORY_S, now, INTERVAL))
+    times = list(range(now - HISTORY_S, now + FUTURE_S, INTERVAL))
     ts0 = times[0]
     out: list[str] = []
 

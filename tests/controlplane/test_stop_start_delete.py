@@ -115,12 +115,14 @@ async def test_delete_removes_the_workload_first_then_marks_the_record_deleted(
     await api.call("DELETE", ONE, project.member, expect=404, id=d["id"])
 
 
-async def test_delete_succeeds_when_the_workload_is_already_gone(
+async def test_delete_of_a_deployment_whose_workload_is_gone_is_404_and_keeps_the_record(
     api: Api, project: Project, cluster: Cluster
 ) -> None:
     d = await api.create(project.member, **vllm("vanished"))
     await cluster.delete("LLMInferenceService", project.ns, "vanished")
-    await api.call("DELETE", ONE, project.member, expect=204, id=d["id"])
+    _, err = await api.call("DELETE", ONE, project.member, expect=404, id=d["id"])
+    assert err["error"] == "not_found" and "does not exist" in err["message"]
+    await api.call("GET", ONE, project.member, expect=200, id=d["id"])
 
 
 async def test_delete_failures_keep_both_the_record_and_the_workload(
