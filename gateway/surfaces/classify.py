@@ -20,7 +20,16 @@ from ..errors import ApiError, ItemError
 from ..heads import best_context_windows, decode_spans, sigmoid, softmax, zero_shot
 from ..runtime import Runtime, ServedModel
 from ..text import InputTooLong, TextEncoder
-from .common import Call, Strict, input_usage, off_loop_if_large, response_meta, surface_route
+from .common import (
+    Call,
+    Strict,
+    check_inputs,
+    input_usage,
+    off_loop_if_large,
+    response_meta,
+    surface_route,
+    token_budget,
+)
 from .forward import Job, forward
 
 Overflow = Literal["reject", "truncate", "window"]
@@ -90,24 +99,19 @@ def _plan(req: ClassifyRequest, model: ServedModel, head: HeadSpec) -> tuple[Ove
     """Request-level checks: (overflow, budget, window tokens, window overlap)."""
     limits = model.card.limits
     inputs = [req.input] if isinstance(req.input, str) else list(req.input)
-    if len(inputs) > limits.max_inputs:
-        raise ApiError("invalid_request", f"input has {len(inputs)} items; model {model.id} takes at most "
-                                          f"{limits.max_inputs} per request")
+    check_inputs(model, len(inputs))
     kinds = {_kind_of(v) for v in inputs}
     for kind in kinds:
         if kind not in head.inputs:
             raise ApiError("invalid_request", f"head {head.name} takes {head.inputs} inputs, not {kind}")
     overflow: Overflow = req.options.overflow or head.overflow
-    ceiling = limits.max_input_tokens
     if overflow == "window":
         if kinds != {"text"}:
             raise ApiError("invalid_request", "overflow window reads single texts only")
-        ceiling = limits.max_scan_tokens or limits.max_input_tokens
-    budget = req.options.max_tokens or ceiling
-    if budget > ceiling:
-        raise ApiError("invalid_request", f"options.max_tokens {budget} exceeds model {model.id}'s "
-                                          f"{'max_scan_tokens' if overflow == 'window' else 'max_input_tokens'} "
-                                          f"{ceiling}")
+        budget = token_budget(model, req.options.max_tokens, limits.max_scan_tokens or limits.max_input_tokens,
+                              "max_scan_tokens" if limits.max_scan_tokens else "max_input_tokens")
+    else:
+        budget = token_budget(model, req.options.max_tokens)
     window = req.options.window or head.window
     tokens = window.tokens if window is not None else limits.max_input_tokens
     overlap = window.overlap if window is not None else 0

@@ -43,6 +43,25 @@ class TextOptions(Strict):
     return_meta: StrictBool = False
 
 
+def check_inputs(model: ServedModel, count: int, what: str = "input") -> None:
+    """The card's per-request input limit, enforced before any tokenization."""
+    if count > model.card.limits.max_inputs:
+        raise ApiError("invalid_request", f"{what} has {count} items; model {model.id} takes at most "
+                                          f"{model.card.limits.max_inputs} per request")
+
+
+def token_budget(model: ServedModel, max_tokens: int | None, ceiling: int | None = None,
+                 ceiling_name: str = "max_input_tokens") -> int:
+    """options.max_tokens, capped by the card's limit (max_input_tokens unless a scan ceiling is given)."""
+    limit = ceiling if ceiling is not None else model.card.limits.max_input_tokens
+    if max_tokens is None:
+        return limit
+    if max_tokens > limit:
+        raise ApiError("invalid_request", f"options.max_tokens {max_tokens} exceeds model {model.id}'s "
+                                          f"{ceiling_name} {limit}")
+    return max_tokens
+
+
 def _location(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:

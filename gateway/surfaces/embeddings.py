@@ -16,7 +16,17 @@ from pydantic import Field, StrictInt, StrictStr
 
 from ..errors import ApiError, ItemError
 from ..runtime import Runtime, ServedModel
-from .common import Call, Strict, TextOptions, input_usage, off_loop_if_large, response_meta, surface_route
+from .common import (
+    Call,
+    Strict,
+    TextOptions,
+    check_inputs,
+    input_usage,
+    off_loop_if_large,
+    response_meta,
+    surface_route,
+    token_budget,
+)
 from .forward import encode_each, forward
 
 
@@ -35,11 +45,7 @@ def _check(req: EmbeddingsRequest, model: ServedModel) -> tuple[int, int, int]:
     """Request-level checks against the card: (budget, dimension, layer)."""
     spec = model.card.embedding
     assert spec is not None
-    limits = model.card.limits
-    texts = [req.input] if isinstance(req.input, str) else req.input
-    if len(texts) > limits.max_inputs:
-        raise ApiError("invalid_request", f"input has {len(texts)} items; model {model.id} takes at most "
-                                          f"{limits.max_inputs} per request")
+    check_inputs(model, 1 if isinstance(req.input, str) else len(req.input))
     dimension = req.dimensions if req.dimensions is not None else max(spec.dimensions)
     if dimension not in spec.dimensions:
         raise ApiError("invalid_request", f"dimensions must be one of {spec.dimensions} for model {model.id}")
@@ -49,13 +55,7 @@ def _check(req: EmbeddingsRequest, model: ServedModel) -> tuple[int, int, int]:
     if req.input_type is not None and req.input_type not in spec.input_types:
         raise ApiError("invalid_request", f"model {model.id} takes no input_type"
                        if not spec.input_types else f"input_type must be one of {spec.input_types}")
-    budget = limits.max_input_tokens
-    if req.options.max_tokens is not None:
-        if req.options.max_tokens > budget:
-            raise ApiError("invalid_request", f"options.max_tokens {req.options.max_tokens} exceeds model "
-                                              f"{model.id}'s max_input_tokens {budget}")
-        budget = req.options.max_tokens
-    return budget, dimension, layer
+    return token_budget(model, req.options.max_tokens), dimension, layer
 
 
 def _vector(values: np.ndarray, dimension: int, normalized: bool, fmt: str) -> Any:

@@ -22,7 +22,17 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 from ..errors import ApiError, ItemError
 from ..runtime import Runtime, ServedModel
 from ..text import Encoded, InputTooLong, TextEncoder, UnsupportedTokenizer
-from .common import Call, Strict, TextOptions, input_usage, off_loop_if_large, response_meta, surface_route
+from .common import (
+    Call,
+    Strict,
+    TextOptions,
+    check_inputs,
+    input_usage,
+    off_loop_if_large,
+    response_meta,
+    surface_route,
+    token_budget,
+)
 from .forward import Job, encode_each, forward
 
 
@@ -46,17 +56,8 @@ def _content_offsets(enc: Encoded) -> list[tuple[int, int]]:
 
 def _budget(req: RerankRequest, model: ServedModel) -> int:
     """Request-level checks against the card; returns the token budget (special tokens included)."""
-    limits = model.card.limits
-    if len(req.documents) > limits.max_inputs:
-        raise ApiError("invalid_request", f"documents has {len(req.documents)} items; model {model.id} takes at "
-                                          f"most {limits.max_inputs} per request")
-    budget = limits.max_input_tokens
-    if req.options.max_tokens is not None:
-        if req.options.max_tokens > budget:
-            raise ApiError("invalid_request", f"options.max_tokens {req.options.max_tokens} exceeds model "
-                                              f"{model.id}'s max_input_tokens {budget}")
-        budget = req.options.max_tokens
-    return budget
+    check_inputs(model, len(req.documents), "documents")
+    return token_budget(model, req.options.max_tokens)
 
 
 def _sigmoid(x: float) -> float:
