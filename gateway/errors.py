@@ -40,6 +40,10 @@ class ApiError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}
 
+    def headers(self) -> dict[str, str]:
+        """Retry-After for the codes a client should retry (1 s overloaded, 5 s not ready)."""
+        return {"Retry-After": RETRY_AFTER[self.code]} if self.code in RETRY_AFTER else {}
+
 
 class ItemError(Exception):
     """One input failed; its siblings are still answered."""

@@ -64,7 +64,7 @@ class Lifecycle:
             await check_golden(runtime, model)
         except Exception as exc:  # any failure is this model's reason, the process keeps serving
             log.error("model %s failed: %s", model.id, exc)
-            if model.golden.get("status") == "pending" and runtime.models[model.id].status == "warming":
+            if model.status == "warming":  # it got as far as its golden check
                 model.golden = {**model.golden, "status": "failed"}
             runtime.set_status(model, "failed", f"{type(exc).__name__}: {exc}")
             return

@@ -18,6 +18,7 @@ from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
 _TIMING = InferRequestedOutput("TIMING")
+_OUTPUTS: dict[str, list[InferRequestedOutput]] = {}  # per output name; built once, not per call
 
 
 @dataclass(frozen=True)
@@ -28,10 +29,6 @@ class Execution:
     forward_ns: int
     rows: int
     tokens: int
-
-    @property
-    def ended_ns(self) -> int:
-        return self.started_ns + self.forward_ns
 
 
 @dataclass(frozen=True)
@@ -79,11 +76,6 @@ class Triton:
             await asyncio.sleep(0.2)
         raise TritonFailure(f"Triton at {self.url} was not live within {timeout:.0f} s: {last}", unavailable=True)
 
-    async def is_live(self) -> bool:
-        try:
-            return bool(await self._client.is_server_live())
-        except InferenceServerException:
-            return False
 
     async def load(self, model: str) -> None:
         try:
@@ -106,15 +98,6 @@ class Triton:
             raise _failure(exc) from exc
         return dict(response.get("config", response))
 
-    async def statistics(self, model: str) -> dict[str, int]:
-        """Inference vs execution counts: fewer executions than inferences means batching happened."""
-        try:
-            stats = await self._client.get_inference_statistics(model, as_json=True)
-        except InferenceServerException as exc:
-            raise _failure(exc) from exc
-        entry = stats["model_stats"][0]
-        return {"inference_count": int(entry.get("inference_count", 0)),
-                "execution_count": int(entry.get("execution_count", 0))}
 
     async def infer(self, model: str, output: str, ids: list[int], type_ids: list[int] | None = None, *,
                     timeout_us: int | None = None) -> Result:
@@ -128,7 +111,8 @@ class Triton:
         try:
             # timeout: Triton drops the request if it is still queued then; client_timeout: the gRPC deadline, which
             # also covers waiting for a stream on the channel before Triton has even seen the request.
-            result = await self._client.infer(model, inputs, outputs=[InferRequestedOutput(output), _TIMING],
+            outputs = _OUTPUTS.get(output) or _OUTPUTS.setdefault(output, [InferRequestedOutput(output), _TIMING])
+            result = await self._client.infer(model, inputs, outputs=outputs,
                                               timeout=timeout_us,
                                               client_timeout=None if timeout_us is None else timeout_us / 1e6)
         except InferenceServerException as exc:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import time
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,6 @@ from tools.benchlib import (
     gateway,
     gateway_cells,
     inprocess_load,
-    machine,
     render_comparison,
 )
 from tools.docs import replace_section
@@ -94,11 +92,8 @@ def main() -> None:
         triton = f"127.0.0.1:{grpc_port}"
         for name, (model, _, body, path) in workloads.items():
             rows += gateway_cells(url, triton, model, path, body, name, levels, args.requests)
-    table = render_comparison(rows, (
-        f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. In-process: one ONNX Runtime session with "
-        f"{threads} intra-op threads; Triton: the models' configs (2 instances × 1 thread). {args.requests} requests "
-        "per cell, closed loop; the load generator runs on the same cores. A rerank request is 9 model inputs "
-        "(query + 8 documents)."))
+    table = render_comparison(rows, threads=threads, requests=args.requests,
+                              note="A rerank request is 9 model inputs (query + 8 documents).")
     print(table)
     if args.write:
         replace_section(ROOT / "docs" / "benchmarks.md", "bench_classify_rerank", table)

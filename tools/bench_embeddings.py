@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import time
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,6 @@ from tools.benchlib import (
     gateway,
     gateway_cells,
     inprocess_load,
-    machine,
     render_comparison,
 )
 from tools.docs import replace_section
@@ -92,11 +90,7 @@ def main() -> None:
                 return {"model": MODEL, "input": texts[i % len(texts)]}
 
             rows += gateway_cells(url, triton, MODEL, "/v1/embeddings", body, name, levels, args.requests)
-    table = render_comparison(rows, (
-        f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. In-process: one ONNX Runtime session with "
-        f"{threads} intra-op threads; Triton: the model's config (2 instances × 1 thread). {args.requests} requests "
-        "per cell, one text per request, closed loop; the load generator runs on the same cores. Gateway own time "
-        "= Server-Timing total − queue − forward."))
+    table = render_comparison(rows, threads=threads, requests=args.requests, note="One text per request.")
     print(table)
     if args.write:
         replace_section(ROOT / "docs" / "benchmarks.md", "bench_embeddings", table)

@@ -186,8 +186,13 @@ def triton_counts(url: str, model: str) -> tuple[int, int]:
     return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
 
 
-def render_comparison(rows: list[dict[str, Any]], header: str) -> str:
-    """A Markdown table of gateway vs in-process cells (rows carry set, c, side and Run.summary() fields)."""
+def render_comparison(rows: list[dict[str, Any]], *, threads: int, requests: int, note: str) -> str:
+    """A Markdown table of gateway vs in-process cells (rows carry set, c, side and Run.summary() fields), headed
+    by the machine and method every comparison shares."""
+    header = (f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. In-process: one ONNX Runtime session with "
+              f"{threads} intra-op threads; Triton: the models' configs (2 instances × 1 thread). {requests} requests "
+              f"per cell, closed loop; the load generator runs on the same cores. Gateway own time = Server-Timing "
+              f"total − queue − forward. {note}")
     lines = [header, "",
              "| workload | C | in-process req/s | gateway req/s | ratio | in-process p50 / p99 ms "
              "| gateway p50 / p99 ms | gateway own time p50 / p99 ms | Triton rows per execute |",

@@ -74,10 +74,37 @@ def _strip_provenance(path: Path) -> None:
     onnx.save(model, str(path))
 
 
+def dynamo_export(module: Any, example: dict[str, np.ndarray], output: str, path: Path, *, opset: int,
+                  min_sequence: int = 2, max_sequence: int = 512) -> None:
+    """torch.onnx.export(dynamo=True) with dynamic batch and sequence on every input, saved as one file with
+    provenance stripped (reproducible sha256) and checked by onnx. The legacy tracer bakes mask shapes in with
+    transformers 5, so every recipe (and the test fixtures) goes through here."""
+    import onnx
+    import torch
+
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    sequence = torch.export.Dim("sequence", min=min_sequence, max=max_sequence)
+    with torch.no_grad():
+        program = torch.onnx.export(
+            module,
+            tuple(torch.from_numpy(a) for a in example.values()),
+            dynamo=True,
+            opset_version=opset,
+            input_names=list(example),
+            output_names=[output],
+            dynamic_shapes={name: {0: batch, 1: sequence} for name in example},
+            optimize=True,
+        )
+    if program is None:
+        raise RuntimeError("torch.onnx.export returned no program")
+    program.save(str(path), external_data=False)
+    _strip_provenance(path)
+    onnx.checker.check_model(str(path))
+
+
 def export_onnx(recipe: str, model_dir: Path, out: Path, *, vocab: int, opset: int = 18,
                 seed: int = 20261129) -> ExportReport:
-    """Export with the dynamo exporter (the legacy tracer bakes mask shapes in with transformers 5)."""
-    import onnx
+    """Export a recipe's module and verify it against PyTorch on shapes and values the export never saw."""
     import onnxruntime as ort
     import torch
 
@@ -85,24 +112,8 @@ def export_onnx(recipe: str, model_dir: Path, out: Path, *, vocab: int, opset: i
     module = MODULES[recipe](model_dir)
     rng = np.random.default_rng(seed)
     ids, mask = _random_batch(rng, vocab, rows=2, length=16)
-    batch = torch.export.Dim("batch", min=1, max=4096)
-    seq = torch.export.Dim("sequence", min=2, max=512)
     tmp = out.with_suffix(".tmp.onnx")
-    with torch.no_grad():
-        program = torch.onnx.export(
-            module,
-            (torch.from_numpy(ids), torch.from_numpy(mask)),
-            dynamo=True,
-            opset_version=opset,
-            input_names=["input_ids", "attention_mask"],
-            output_names=["sentence_embedding"],
-            dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
-            optimize=True,
-        )
-    assert program is not None
-    program.save(str(tmp), external_data=False)
-    _strip_provenance(tmp)
-    onnx.checker.check_model(str(tmp))
+    dynamo_export(module, {"input_ids": ids, "attention_mask": mask}, "sentence_embedding", tmp, opset=opset)
 
     # Verify on shapes and values the exporter never saw.
     session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])

@@ -348,34 +348,13 @@ def probabilities(logits: np.ndarray) -> np.ndarray:
 
 
 def export_graph(original: Original, path: Path, opset: int) -> None:
-    """Dynamo export with dynamic batch and sequence; provenance stripped so the sha256 is reproducible."""
-    import onnx
-    import torch
-
-    from .export import _strip_provenance
+    """Dynamo export of the padding-reproducing wrapper (see export_module)."""
+    from .export import dynamo_export
 
     module = export_module(original)
     rng = np.random.default_rng(SEED)
     rows = random_rows(rng, int(original.model.config.vocab_size), [16, 11], int(original.tokenizer.bos_token_id))
-    feed = _feed(rows)
-    batch = torch.export.Dim("batch", min=1, max=4096)
-    seq = torch.export.Dim("sequence", min=1, max=8192)
-    with torch.no_grad():
-        program = torch.onnx.export(
-            module,
-            (torch.from_numpy(feed["input_ids"]), torch.from_numpy(feed["attention_mask"])),
-            dynamo=True,
-            opset_version=opset,
-            input_names=["input_ids", "attention_mask"],
-            output_names=["logits"],
-            dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
-            optimize=True,
-        )
-    if program is None:
-        raise VerificationError("torch.onnx.export returned no program")
-    program.save(str(path), external_data=False)
-    _strip_provenance(path)
-    onnx.checker.check_model(str(path))
+    dynamo_export(module, _feed(rows), "logits", path, opset=opset, min_sequence=1, max_sequence=8192)
 
 
 def prompt_guard(src: Path, out_dir: Path, spec: dict[str, Any]) -> ExportReport:

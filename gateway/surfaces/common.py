@@ -14,7 +14,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from ..body import read_json
-from ..errors import RETRY_AFTER, ApiError
+from ..errors import ApiError
 from ..runtime import DEVICE, ENGINE, Runtime, ServedModel
 from ..text import Encoded
 from ..timing import Timing
@@ -105,11 +105,8 @@ def json_response(payload: Any, status: int = 200, headers: dict[str, str] | Non
     return web.Response(body=orjson.dumps(payload), status=status, content_type=JSON, headers=headers)
 
 
-def error_response(error: ApiError, headers: dict[str, str] | None = None) -> web.Response:
-    headers = dict(headers or {})
-    if error.code in RETRY_AFTER:
-        headers["Retry-After"] = RETRY_AFTER[error.code]
-    return json_response(error.body(), error.status, headers)
+def error_response(error: ApiError) -> web.Response:
+    return json_response(error.body(), error.status, error.headers())
 
 
 def surface(endpoint: str) -> Callable[[Handler], Callable[[web.Request], Awaitable[web.Response]]]:
@@ -145,9 +142,7 @@ def surface(endpoint: str) -> Callable[[Handler], Callable[[web.Request], Awaita
                 call.timing.add("serialize", mark)
             call.timing.finish()
             runtime.metrics.observe_request(endpoint, status, call.timing)
-            headers = {"Server-Timing": call.timing.header()}
-            if error is not None and error.code in RETRY_AFTER:
-                headers["Retry-After"] = RETRY_AFTER[error.code]
+            headers = {"Server-Timing": call.timing.header(), **(error.headers() if error is not None else {})}
             return web.Response(body=payload, status=status, content_type=JSON, headers=headers)
 
         handler.__name__ = fn.__name__
