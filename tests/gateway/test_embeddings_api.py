@@ -190,24 +190,52 @@ def test_a_deadline_that_has_passed_fails_each_input_with_deadline_exceeded(http
     assert "embedding" in ok["data"][0]
 
 
-def test_a_huge_request_does_not_starve_others_and_deadlines_hold_while_queued(gateway_url: str) -> None:
+def test_a_huge_request_does_not_starve_others_and_deadlines_hold_while_queued(gateway_url: str,
+                                                                             triton_url: str) -> None:
+    """A small request overtakes a huge one, and a deadlined input never runs after waiting past its deadline.
+
+    Whether the late input is dropped or slips into an instance that frees up in time depends on where in a
+    batch's execution it arrives, so the invariant is checked, not a lucky outcome: every late input either
+    fails with `deadline_exceeded`, or it succeeded and Triton's own timing shows it waited less than its deadline.
+    """
     import asyncio
 
-    async def run() -> tuple[dict, dict, dict, list[str]]:  # type: ignore[type-arg]
+    import tritonclient.grpc.aio as grpcaio
+
+    async def executed(triton: grpcaio.InferenceServerClient) -> int:
+        stats = await triton.get_inference_statistics(MODEL, as_json=True)
+        return int(stats["model_stats"][0]["inference_stats"]["success"].get("count", 0))
+
+    async def run() -> tuple[dict, dict, httpx.Response, list[str]]:  # type: ignore[type-arg]
         done: list[str] = []
+        triton = grpcaio.InferenceServerClient(triton_url)
         async with httpx.AsyncClient(base_url=gateway_url, timeout=120) as client:
-            async def send(name: str, body: dict) -> dict:  # type: ignore[type-arg]
+            async def send(name: str, body: dict) -> httpx.Response:  # type: ignore[type-arg]
                 r = await client.post("/v1/embeddings", json={"model": MODEL, **body})
                 done.append(name)
-                return r.json()  # type: ignore[no-any-return]
+                return r
 
+            before = await executed(triton)
             busy = asyncio.create_task(send("huge", {"input": [f"keep the model busy {i} " * 40 for i in range(512)]}))
-            await asyncio.sleep(0.5)  # the huge request is now being worked through
+            # Wait on Triton's own count, not a fixed sleep: a slow machine may still be tokenizing the huge request
+            # (then nothing would be queued ahead of the late one). Once Triton has run a few of its inputs, the
+            # gateway keeps up to 64 of them queued.
+            for _ in range(1200):
+                if await executed(triton) >= before + 8 or busy.done():
+                    break
+                await asyncio.sleep(0.05)
+            assert not busy.done(), "the huge request finished before the late one was sent"
             small = asyncio.create_task(send("small", {"input": ["a small request"]}))
             late = await send("late", {"input": ["short"] * 4, "options": {"deadline_ms": 150}})
-            return await busy, await small, late, done
+            result = (await busy).json(), (await small).json(), late, done
+        await triton.close()
+        return result
 
     busy, small, late, done = asyncio.run(run())
     assert all("embedding" in d for d in busy["data"]) and "embedding" in small["data"][0]
     assert done.index("small") < done.index("huge") and done.index("late") < done.index("huge")
-    assert [d.get("error") for d in late["data"]] == ["deadline_exceeded"] * 4
+    outcomes = [d.get("error", "ok") for d in late.json()["data"]]
+    assert set(outcomes) <= {"ok", "deadline_exceeded"}, outcomes
+    if "ok" in outcomes:  # queue covers the answered inputs only; Triton checks the deadline when it forms a batch
+        phases = dict(p.split(";dur=") for p in late.headers["Server-Timing"].split(", "))
+        assert float(phases["queue"]) < 150 + 25, (outcomes, phases)

@@ -91,14 +91,21 @@ def test_sigterm_drains_in_flight_requests_then_stops_triton(served: tuple[str, 
 
     async def run() -> httpx.Response:
         async with httpx.AsyncClient(timeout=60) as client:
-            texts = [f"draining request {i} " * 10 for i in range(128)]
+            texts = [f"draining request {i} " * 10 for i in range(256)]
             pending = asyncio.create_task(client.post(url + "/v1/embeddings", json={"model": "good", "input": texts}))
-            await asyncio.sleep(0.3)  # the request is in flight
+            for _ in range(600):  # until the gateway has inputs of it in Triton (not a fixed sleep: machines differ)
+                lines = (await client.get(url + "/metrics")).text.splitlines()
+                depth = [float(line.rsplit(" ", 1)[1]) for line in lines
+                         if line.startswith('sr_gateway_queue_depth{model="good"}')]
+                if depth and depth[0] > 0:
+                    break
+                await asyncio.sleep(0.02)
+            assert not pending.done(), "the request finished before SIGTERM could be sent"
             proc.send_signal(signal.SIGTERM)
             return await pending
 
     response = asyncio.run(run())
-    assert response.status_code == 200 and len(response.json()["data"]) == 128
+    assert response.status_code == 200 and len(response.json()["data"]) == 256
     assert all("embedding" in d for d in response.json()["data"])
     assert proc.wait(60) == 0
     for pid in triton_pids:
