@@ -88,10 +88,10 @@ def main() -> None:
             rows.append({"set": name, "c": c, "side": "in-process", **r.summary()})
             print(rows[-1], flush=True)
     grpc_port = free_port()
-    with gateway(["--triton-grpc-port", str(grpc_port), "--models", f"{PII},{EMBEDDER}"]) as (url, _):
+    with gateway(["--triton-grpc-port", str(grpc_port), "--models", f"{PII},{EMBEDDER}"]) as (url, pid):
         triton = f"127.0.0.1:{grpc_port}"
         for name, (model, _, body, path) in workloads.items():
-            rows += gateway_cells(url, triton, model, path, body, name, levels, args.requests)
+            rows += gateway_cells(url, pid, triton, model, path, body, name, levels, args.requests)
     table = render_comparison(rows, threads=threads, requests=args.requests,
                               note="A rerank request is 9 model inputs (query + 8 documents).")
     print(table)

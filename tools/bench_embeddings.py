@@ -27,6 +27,7 @@ from tools.benchlib import (
     gateway_cells,
     inprocess_load,
     render_comparison,
+    triton_load,
 )
 from tools.docs import replace_section
 
@@ -83,13 +84,20 @@ def main() -> None:
             print(rows[-1], flush=True)
     del runner
     grpc_port = free_port()
-    with gateway(["--triton-grpc-port", str(grpc_port), "--models", MODEL, *args.gateway_args.split()]) as (url, _):
+    with gateway(["--triton-grpc-port", str(grpc_port), "--models", MODEL, *args.gateway_args.split()]) as (url, pid):
         triton = f"127.0.0.1:{grpc_port}"
         for name, texts in sets.items():
             def body(i: int, texts: list[str] = texts) -> dict[str, Any]:
                 return {"model": MODEL, "input": texts[i % len(texts)]}
 
-            rows += gateway_cells(url, triton, MODEL, "/v1/embeddings", body, name, levels, args.requests)
+            def ids(i: int, texts: list[str] = texts) -> np.ndarray:
+                return np.asarray(tokenizer.encode(texts[i % len(texts)]).ids, dtype=np.int64)
+
+            rows += gateway_cells(url, pid, triton, MODEL, "/v1/embeddings", body, name, levels, args.requests)
+            for c in levels:
+                r = asyncio.run(triton_load(triton, MODEL, "EMBEDDING", ids, c, args.requests))
+                rows.append({"set": name, "c": c, "side": "triton", **r.summary()})
+                print(rows[-1], flush=True)
     table = render_comparison(rows, threads=threads, requests=args.requests, note="One text per request.")
     print(table)
     if args.write:

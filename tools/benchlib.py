@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
+import resource
 import signal
 import socket
 import subprocess
@@ -186,38 +187,113 @@ def triton_counts(url: str, model: str) -> tuple[int, int]:
     return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
 
 
+ROLES = {"tritonserver": "Triton", "triton_python_b": "models"}  # /proc comm names (15 chars) → role
+
+
+def cpu_by_role(root: int) -> dict[str, float]:
+    """CPU seconds so far of the gateway process tree, by role (gateway, Triton core, model stubs), and of this
+    load generator: where a request's CPU goes when everything shares the same cores."""
+    procs: dict[int, tuple[str, int, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        procs[int(entry.name)] = (stat[stat.index("(") + 1:stat.rindex(")")], int(fields[1]),
+                                  (int(fields[11]) + int(fields[12])) / tick)
+    tree, grew = {root}, True
+    while grew:
+        grew = False
+        for pid, (_, parent, _) in procs.items():
+            if parent in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    out = {"gateway": 0.0, "Triton": 0.0, "models": 0.0}
+    for pid in tree & procs.keys():
+        name, _, seconds = procs[pid]
+        out["gateway" if pid == root else ROLES.get(name, "models")] += seconds
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out["client"] = usage.ru_utime + usage.ru_stime
+    return out
+
+
 def render_comparison(rows: list[dict[str, Any]], *, threads: int, requests: int, note: str) -> str:
     """A Markdown table of gateway vs in-process cells (rows carry set, c, side and Run.summary() fields), headed
-    by the machine and method every comparison shares."""
+    by the machine and method every comparison shares. Rows with side "triton" (Triton called directly over
+    gRPC, no gateway) add a column that separates Triton's own cost from the gateway's."""
+    direct = {(r["set"], r["c"]): r for r in rows if r["side"] == "triton"}
     header = (f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. In-process: one ONNX Runtime session with "
               f"{threads} intra-op threads; Triton: the models' configs (2 instances × 1 thread). {requests} requests "
               f"per cell, closed loop; the load generator runs on the same cores. Gateway own time = Server-Timing "
-              f"total − queue − forward. {note}")
+              f"total − queue − forward. CPU ms per request: gateway process / Triton core / model instances / load "
+              f"generator, from /proc over the cell. {note}")
+    extra = " Triton alone req/s (ratio) |" if direct else ""
     lines = [header, "",
-             "| workload | C | in-process req/s | gateway req/s | ratio | in-process p50 / p99 ms "
-             "| gateway p50 / p99 ms | gateway own time p50 / p99 ms | Triton rows per execute |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| workload | C | in-process req/s | gateway req/s | ratio |" + extra + " in-process p50 / p99 ms "
+             "| gateway p50 / p99 ms | gateway own time p50 / p99 ms | Triton rows per execute "
+             "| CPU ms/req gw / Triton / models / client |",
+             "|---|---|---|---|---|" + ("---|" if direct else "") + "---|---|---|---|---|"]
     base = {(r["set"], r["c"]): r for r in rows if r["side"] == "in-process"}
     for r in (r for r in rows if r["side"] == "gateway"):
         b = base[(r["set"], r["c"])]
+        d = direct.get((r["set"], r["c"]))
+        alone = f" {d['throughput']:.1f} ({d['throughput'] / b['throughput']:.2f}×) |" if d else (
+            " – |" if direct else "")
+        cpu = r.get("cpu_ms", {})
+        split = " / ".join(f"{cpu.get(k, 0):.2f}" for k in ("gateway", "Triton", "models", "client"))
         lines.append(
             f"| {r['set']} | {r['c']} | {b['throughput']:.1f} | {r['throughput']:.1f} | "
-            f"{r['throughput'] / b['throughput']:.2f}× | {b['p50_ms']:.1f} / {b['p99_ms']:.1f} | "
+            f"{r['throughput'] / b['throughput']:.2f}× |{alone} {b['p50_ms']:.1f} / {b['p99_ms']:.1f} | "
             f"{r['p50_ms']:.1f} / {r['p99_ms']:.1f} | {r.get('own_p50_ms', 0):.2f} / {r.get('own_p99_ms', 0):.2f} | "
-            f"{r['batch']:.1f} |")
+            f"{r['batch']:.1f} | {split} |")
     return "\n".join(lines)
 
 
-def gateway_cells(url: str, triton: str, model: str, path: str, body: Callable[[int], dict[str, Any]], name: str,
-                  levels: list[int], requests: int) -> list[dict[str, Any]]:
-    """One warm-up, then a closed-loop cell per concurrency level, with Triton's batching ratio for the cell."""
+def gateway_cells(url: str, pid: int, triton: str, model: str, path: str, body: Callable[[int], dict[str, Any]],
+                  name: str, levels: list[int], requests: int) -> list[dict[str, Any]]:
+    """One warm-up, then a closed-loop cell per concurrency level, with Triton's batching ratio for the cell and
+    the CPU each process spent per request."""
     asyncio.run(http_load(url, path, body, 8, 32))
     rows = []
     for c in levels:
-        before = triton_counts(triton, model)
+        before, cpu_before = triton_counts(triton, model), cpu_by_role(pid)
         r = asyncio.run(http_load(url, path, body, c, requests))
-        after = triton_counts(triton, model)
-        rows.append({"set": name, "c": c, "side": "gateway", **r.summary(),
+        after, cpu_after = triton_counts(triton, model), cpu_by_role(pid)
+        cpu = {k: 1000 * (cpu_after[k] - cpu_before[k]) / requests for k in cpu_after}
+        rows.append({"set": name, "c": c, "side": "gateway", **r.summary(), "cpu_ms": cpu,
                      "batch": (after[0] - before[0]) / max(after[1] - before[1], 1)})
         print(rows[-1], flush=True)
     return rows
+
+
+async def triton_load(triton: str, model: str, output: str, ids: Callable[[int], np.ndarray], concurrency: int,
+                      requests: int) -> Run:
+    """Closed loop straight at Triton over gRPC (no gateway, no HTTP): each call tokenizes (`ids`) and runs one
+    sequence, like a gateway request without the gateway. Separates Triton's cost from the gateway's."""
+    import tritonclient.grpc.aio as grpcaio
+    from tritonclient.grpc import InferInput, InferRequestedOutput
+
+    client = grpcaio.InferenceServerClient(triton)
+    outputs = [InferRequestedOutput(output)]
+    run = Run()
+    counter = iter(range(requests))
+
+    async def caller() -> None:
+        for i in counter:
+            started = time.perf_counter()
+            row = ids(i).reshape(1, -1)
+            tensor = InferInput("INPUT_IDS", list(row.shape), "INT64")
+            tensor.set_data_from_numpy(row)
+            result = await client.infer(model, [tensor], outputs=outputs)
+            result.as_numpy(output)
+            run.latencies_ms.append((time.perf_counter() - started) * 1000)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    run.wall_s = time.perf_counter() - started
+    await client.close()
+    return run
