@@ -240,9 +240,10 @@ def render_comparison(rows: list[dict[str, Any]], *, threads: int, requests: int
     base = {(r["set"], r["c"]): r for r in rows if r["side"] == "in-process"}
     for r in (r for r in rows if r["side"] == "gateway"):
         b = base[(r["set"], r["c"])]
-        d = direct.get((r["set"], r["c"]))
-        alone = f" {d['throughput']:.1f} ({d['throughput'] / b['throughput']:.2f}×) |" if d else (
-            " – |" if direct else "")
+        alone = ""
+        if direct:
+            d = direct.get((r["set"], r["c"]))
+            alone = f" {d['throughput']:.1f} ({d['throughput'] / b['throughput']:.2f}×) |" if d else " – |"
         cpu = r.get("cpu_ms", {})
         split = " / ".join(f"{cpu.get(k, 0):.2f}" for k in ("gateway", "Triton", "models", "client"))
         lines.append(

@@ -118,10 +118,7 @@ async def forward(runtime: Runtime, model: ServedModel, jobs: list[Job], *, dead
             await _run(runtime, model, job, deadline)
 
     try:
-        if len(runnable) == 1:  # the common single-input request: no task, no gather, fewer event-loop turns
-            await _run(runtime, model, runnable[0], deadline)
-        else:
-            await asyncio.gather(*(run(j) for j in runnable))
+        await asyncio.gather(*(run(j) for j in runnable))
     finally:
         runtime.release(model, len(runnable))
     answered = [j.result for j in runnable if j.result is not None]

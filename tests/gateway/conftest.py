@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -59,6 +60,11 @@ def stop(proc: subprocess.Popen) -> int:  # type: ignore[type-arg]
             proc.kill()
             proc.wait()
     return int(proc.returncode)
+
+
+async def model_stats(client: Any, model: str = MODEL) -> dict[str, Any]:
+    """Triton's own statistics for one model (`tritonclient.grpc.aio` client): inference/execution counts etc."""
+    return (await client.get_inference_statistics(model, as_json=True))["model_stats"][0]  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")

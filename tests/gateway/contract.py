@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,14 @@ def check(path: str, method: str, status: int, body: Any, headers: Any = None) -
     if "Server-Timing" in response.get("headers", {}) and headers is not None:
         pattern = document()["components"]["headers"]["ServerTiming"]["schema"]["pattern"]
         jsonschema.validate(headers.get("Server-Timing"), {"type": "string", "pattern": pattern})
+
+
+PHASES = ["parse", "tokenize", "queue", "forward", "post", "serialize", "total"]
+
+
+def timings(response: Any) -> dict[str, float]:
+    """Server-Timing of a response as {phase: ms}, after checking every phase is there, in order, with 3 decimals."""
+    parts = [p.split(";dur=") for p in response.headers["Server-Timing"].split(", ")]
+    assert [name for name, _ in parts] == PHASES
+    assert all(re.fullmatch(r"\d+\.\d{3}", v) for _, v in parts)
+    return {name: float(v) for name, v in parts}

@@ -9,8 +9,8 @@ import numpy as np
 import openai
 import pytest
 
-from .conftest import MODEL
-from .contract import check
+from .conftest import MODEL, model_stats
+from .contract import check, timings
 
 
 def post(http: httpx.Client, body: dict, **kw) -> httpx.Response:  # type: ignore[type-arg]
@@ -203,8 +203,7 @@ def test_a_huge_request_does_not_starve_others_and_deadlines_hold_while_queued(g
     import tritonclient.grpc.aio as grpcaio
 
     async def executed(triton: grpcaio.InferenceServerClient) -> int:
-        stats = await triton.get_inference_statistics(MODEL, as_json=True)
-        return int(stats["model_stats"][0]["inference_stats"]["success"].get("count", 0))
+        return int((await model_stats(triton)).get("inference_count", 0))
 
     async def run() -> tuple[dict, dict, httpx.Response, list[str]]:  # type: ignore[type-arg]
         done: list[str] = []
@@ -237,5 +236,5 @@ def test_a_huge_request_does_not_starve_others_and_deadlines_hold_while_queued(g
     outcomes = [d.get("error", "ok") for d in late.json()["data"]]
     assert set(outcomes) <= {"ok", "deadline_exceeded"}, outcomes
     if "ok" in outcomes:  # queue covers the answered inputs only; Triton checks the deadline when it forms a batch
-        phases = dict(p.split(";dur=") for p in late.headers["Server-Timing"].split(", "))
-        assert float(phases["queue"]) < 150 + 25, (outcomes, phases)
+        phases = timings(late)
+        assert phases["queue"] < 150 + 25, (outcomes, phases)

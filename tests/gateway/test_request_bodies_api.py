@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import zlib
 
 import httpx
@@ -12,10 +11,9 @@ import pytest
 import zstandard
 
 from .conftest import MODEL
-from .contract import check
+from .contract import PHASES, check, timings
 
 LIMIT = 8_388_608  # the default --max-request-bytes
-PHASES = ["parse", "tokenize", "queue", "forward", "post", "serialize", "total"]
 
 
 def raw(http: httpx.Client, content: bytes, **headers: str) -> httpx.Response:
@@ -30,13 +28,6 @@ def padded(size: int) -> bytes:
     body = base[:-2] + b"u" * (size - len(base)) + b'"}'
     assert len(body) == size
     return body
-
-
-def timings(r: httpx.Response) -> dict[str, float]:
-    parts = [p.split(";dur=") for p in r.headers["Server-Timing"].split(", ")]
-    assert [name for name, _ in parts] == PHASES
-    assert all(re.fullmatch(r"\d+\.\d{3}", v) for _, v in parts)
-    return {name: float(v) for name, v in parts}
 
 
 def test_a_body_of_exactly_the_limit_is_accepted_and_one_byte_more_is_413(http: httpx.Client) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import ROOT, free_port, start, stop, wait_for
 from .contract import check
@@ -94,10 +95,9 @@ def test_sigterm_drains_in_flight_requests_then_stops_triton(served: tuple[str, 
             texts = [f"draining request {i} " * 10 for i in range(256)]
             pending = asyncio.create_task(client.post(url + "/v1/embeddings", json={"model": "good", "input": texts}))
             for _ in range(600):  # until the gateway has inputs of it in Triton (not a fixed sleep: machines differ)
-                lines = (await client.get(url + "/metrics")).text.splitlines()
-                depth = [float(line.rsplit(" ", 1)[1]) for line in lines
-                         if line.startswith('sr_gateway_queue_depth{model="good"}')]
-                if depth and depth[0] > 0:
+                metrics = text_string_to_metric_families((await client.get(url + "/metrics")).text)
+                if any(s.value > 0 for f in metrics if f.name == "sr_gateway_queue_depth" for s in f.samples
+                       if s.labels.get("model") == "good"):
                     break
                 await asyncio.sleep(0.02)
             assert not pending.done(), "the request finished before SIGTERM could be sent"
