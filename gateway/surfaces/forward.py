@@ -118,7 +118,13 @@ async def forward(runtime: Runtime, model: ServedModel, jobs: list[Job], *, dead
             await _run(runtime, model, job, deadline)
 
     try:
-        await asyncio.gather(*(run(j) for j in runnable))
+        if len(runnable) == 1:
+            # Most requests carry one input. Awaiting it here saves a task and gather's wake-up: each is one more
+            # event-loop pass before the handler resumes, and under load one pass serves every ready request
+            # (measured: own time p50 at C=32 2.5 ms through gather, 0.29-0.38 ms direct; docs/benchmarks.md).
+            await _run(runtime, model, runnable[0], deadline)
+        else:
+            await asyncio.gather(*(run(j) for j in runnable))
     finally:
         runtime.release(model, len(runnable))
     answered = [j.result for j in runnable if j.result is not None]
