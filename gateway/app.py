@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from .cards import discover
+from .decisions import surface as decisions
 from .errors import ApiError
 from .lifecycle import Lifecycle
 from .metrics import Metrics
@@ -35,7 +36,8 @@ def create_app(settings: Settings, *, start_models: bool = True) -> web.Applicat
     runtime = Runtime(settings, cards, Metrics())
     app = web.Application(middlewares=[json_errors], client_max_size=settings.max_request_bytes + 1)
     app[RUNTIME_KEY] = runtime
-    app.add_routes(info.routes() + embeddings.routes() + classify.routes() + rerank.routes())
+    app.add_routes(info.routes() + embeddings.routes() + classify.routes() + rerank.routes()
+                   + decisions.routes())
     if start_models:
         lifecycle = Lifecycle(runtime)
         app[LIFECYCLE_KEY] = lifecycle

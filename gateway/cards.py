@@ -23,6 +23,9 @@ class Limits(_Strict):
     max_input_tokens: int = Field(gt=1)
     max_inputs: int = Field(default=2048, ge=1)
     max_scan_tokens: int | None = Field(default=None, gt=1)  # most tokens of one input read in windows
+    truncate_tokens: int | None = Field(default=None, gt=1)  # decisions: tokens an `overflow: truncate` part reads
+    validated_input_tokens: int | None = Field(default=None, gt=1)  # decisions: per question without long context
+    max_request_tokens: int | None = Field(default=None, gt=1)  # state-once decision models: state once + questions
 
 
 class EmbeddingSpec(_Strict):
@@ -63,8 +66,31 @@ class RerankSpec(_Strict):
     description: str | None = None
 
 
+class DecisionSpec(_Strict):
+    """How a card answers /v1/decisions: the family module that turns questions into model inputs and answers,
+    the question types it answers, its presets, thresholds and confidence formulas (shown in /v1/models), and
+    the family's own parameters (checked by the family when the model loads)."""
+
+    family: str
+    question_types: list[Literal["choice", "noul", "score", "set", "span", "box", "track"]] = Field(min_length=1)
+    usage: Literal["state_once", "per_question"] = "per_question"
+    confidence: dict[str, str] = {}
+    thresholds: dict[str, float] = {}
+    presets: dict[str, dict[str, Any]] = {}
+    window: WindowSpec | None = None
+    parameters: dict[str, Any] = {}
+    description: str | None = None
+
+
+class ImageSpec(_Strict):
+    """How an image model reads pictures: its preprocessing (gateway/images/preprocess.py) and Triton tensors."""
+
+    preprocess: Literal["efficientnet-lite", "ppocr"]
+    tokens: int = Field(default=1, ge=0)  # usage tokens one image use counts where it stands
+
+
 class Golden(_Strict):
-    surface: Surface
+    surface: Surface | Literal["ocr"]
     tolerance: float = Field(default=1e-3, gt=0)
     request: dict[str, Any]
     expected: dict[str, Any]
@@ -91,7 +117,13 @@ class Card(BaseModel):
     embedding: EmbeddingSpec | None = None
     heads: list[HeadSpec] | None = None
     rerank: RerankSpec | None = None
+    decisions: DecisionSpec | None = None
     golden: Golden | None = None
+    modalities: list[Literal["text", "image", "audio", "video"]] = ["text"]
+    image_max_pixels: int | None = Field(default=None, ge=65_536, le=16_000_000)  # read at most this many (scaled)
+    image_placements: list[Literal["state", "instructions", "criteria"]] = []
+    question_types: list[str] = []
+    image: ImageSpec | None = None
     build: dict[str, Any] | None = None
     artifacts: dict[str, dict[str, str]] | None = None
     triton_model: str | None = None  # defaults to the directory name
@@ -130,6 +162,10 @@ def load_card(path: Path) -> Card:
         raise CardError(f"{path}: serves embeddings but has no `embedding` section")
     if "classify" in card.surfaces and not card.heads:
         raise CardError(f"{path}: serves classify but declares no `heads`")
+    if "decisions" in card.surfaces and card.decisions is None:
+        raise CardError(f"{path}: serves decisions but has no `decisions` section")
+    if "image" in card.modalities and (card.image is None or card.image_max_pixels is None):
+        raise CardError(f"{path}: has the image modality but no `image` section or `image_max_pixels`")
     if "rerank" in card.surfaces and card.rerank is None:
         raise CardError(f"{path}: serves rerank but has no `rerank` section")
     for head in card.heads or []:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .decisions import golden as decisions_golden
 from .errors import ApiError
 from .runtime import Runtime, ServedModel
 from .surfaces.classify import ClassifyRequest, classify
@@ -23,7 +24,10 @@ class GoldenMismatch(Exception):
 
 
 async def prepare_heads(runtime: Runtime, model: ServedModel) -> None:
-    """Zero-shot heads: embed each label description once with the model itself (normalised vectors)."""
+    """Zero-shot heads: embed each label description once with the model itself (normalised vectors); decisions
+    models: their family is built and the models it reads through are ready."""
+    if model.card.decisions is not None:
+        await decisions_golden.prepare(runtime, model)
     encoder = model.text_encoder()
     for head in model.card.heads or []:
         if head.zero_shot is None:
@@ -91,6 +95,16 @@ async def check_golden(runtime: Runtime, model: ServedModel) -> None:
     golden = model.card.golden
     if golden is None:
         model.golden = {"status": "unverified", "checked": 0, "matched": 0, "reference": "cpu"}
+        return
+    if golden.surface == "decisions":
+        runs = [await decisions_golden.answer(runtime, model, golden.request) for _ in range(2)]
+        try:
+            checked = decisions_golden.compare(runs[0], golden.expected, golden.tolerance)
+            decisions_golden.compare(runs[1], {"answers": runs[0]["answers"]},
+                                     0.0 if model.card.numerics == "exact" else golden.tolerance)
+        except decisions_golden.GoldenMismatch as exc:
+            raise GoldenMismatch(str(exc)) from exc
+        model.golden = {"status": "matched", "checked": checked, "matched": checked, "reference": "cpu"}
         return
     first = await _answer(runtime, model, golden.surface, golden.request)
     second = await _answer(runtime, model, golden.surface, golden.request)

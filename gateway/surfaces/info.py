@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from ..decisions.answers import FORMULAS
 from ..runtime import DEVICE, ENGINE, Runtime, ServedModel
 from .common import RUNTIME_KEY, json_response
 
@@ -27,7 +28,8 @@ def model_card(model: ServedModel) -> dict[str, Any]:
         return out
     out.update({
         "repo": card.repo, "revision": card.revision, "model_sha256": card.model_sha256,
-        "question_types": [], "limits": card.limits.model_dump(), "licence": card.licence,
+        "question_types": list(card.decisions.question_types) if card.decisions else [],
+        "limits": card.limits.model_dump(), "licence": card.licence,
         "attribution": card.attribution, "engine": ENGINE, "engine_args": model.engine_args,
         "accelerator": DEVICE, "device": DEVICE, "dtype": card.dtype, "numerics": card.numerics,
         "tokenizer": card.tokenizer,
@@ -36,6 +38,14 @@ def model_card(model: ServedModel) -> dict[str, Any]:
         out["embedding"] = card.embedding.model_dump()
     if card.rerank is not None:
         out["rerank"] = card.rerank.model_dump()
+    if card.decisions is not None:
+        spec = card.decisions
+        out["decisions"] = {
+            "family": spec.family, "description": spec.description, "question_types": list(spec.question_types),
+            "usage": spec.usage, "confidence": {t: FORMULAS.get(f, f) for t, f in spec.confidence.items()},
+            "thresholds": spec.thresholds,
+            "presets": {name: {k: v for k, v in p.items()} for name, p in spec.presets.items()},
+        }
     if card.heads:
         out["heads"] = [{**h.model_dump(exclude={"zero_shot"}), "zero_shot": h.zero_shot is not None}
                         for h in card.heads]
@@ -59,6 +69,7 @@ def health_body(runtime: Runtime) -> tuple[int, dict[str, Any]]:
                             "model": next(iter(runtime.models)) if single else None}
     if not single:
         body["models"] = {m.id: {"status": m.status, "reason": m.reason} for m in runtime.models.values()}
+    body["triton"] = dict(runtime.triton_health)
     return (200 if status == "ready" else 503), body
 
 

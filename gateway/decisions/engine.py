@@ -1,0 +1,320 @@
+"""The question engine behind /v1/decisions, /v1/systemone and bundles: parse, validate, answer, assemble.
+
+A request is one state with its questions, or a batch (`states`) of named entries, each read exactly as if sent
+alone with the batch's model and options. Every valid question of every entry goes to the model's family in one
+pass, so texts shared across questions and entries are read once. Failures stay where they happen: an invalid
+question or one whose input is too long fails alone; a rejected entry fails only its own questions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field, StrictBool, StrictInt, StrictStr
+
+from ..errors import ApiError, ItemError
+from ..runtime import Runtime, ServedModel
+from ..surfaces.common import Strict, parse, response_meta
+from ..timing import Timing
+from .answers import NonFinite, assemble
+from .families import Ask, Context, Family, Phases, family_for
+from .questions import Invalid, Question, QuestionError, check_collisions, validate
+from .state import OMITTED, State, parse_state
+
+ENTRY_FIELDS = {"state", "questions", "images", "videos"}
+
+
+class DecisionOptions(Strict):
+    deadline_ms: float | StrictInt | None = Field(default=None, gt=0)
+    return_meta: StrictBool = False
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    long_context: StrictBool = False
+
+
+class DecisionRequest(Strict):
+    """Top level; `state`, `questions`, `roles` and entries are checked by hand for the reference's messages."""
+
+    model: StrictStr | None = None
+    state: Any = None
+    questions: Any = None
+    roles: Any = None
+    images: list[Any] | None = None
+    videos: list[Any] | None = None
+    states: Any = None
+    assets: dict[str, Any] | None = None
+    options: DecisionOptions = DecisionOptions()
+
+
+@dataclass
+class Failure:
+    question: str
+    type: str | None
+    code: str
+    message: str
+    reason: str | None = None
+
+
+@dataclass
+class Entry:
+    """One state with its questions, validated; `rejected` fails every question of the entry."""
+
+    name: str | None
+    state: State | None
+    questions: list[Question | Invalid]
+    rejected: ApiError | None = None
+    asks: list[Ask] = field(default_factory=list)
+
+
+@dataclass
+class EntryAnswer:
+    body: dict[str, Any]
+    failures: list[Failure]
+
+
+@dataclass
+class Answered:
+    model: ServedModel
+    entries: dict[str | None, EntryAnswer]
+    batch: bool
+    queue_ms: float
+    forward_ms: float
+
+
+def family(model: ServedModel) -> Family:
+    """The model's family, built once (a card error surfaces at load, through the golden check)."""
+    if model.family is None:
+        model.family = family_for(model)
+    return model.family  # type: ignore[no-any-return]
+
+
+def parse_request(body: Any) -> DecisionRequest:
+    req = parse(DecisionRequest, body)
+    top = {k for k in ("state", "questions", "images", "videos") if k in req.model_fields_set}
+    if "states" in req.model_fields_set:
+        if top:
+            raise ApiError("invalid_request", f"a batch request (states) has no top-level {sorted(top)}: use one "
+                                              "form or the other")
+    else:
+        for name in ("state", "questions"):
+            if name not in req.model_fields_set:
+                raise ApiError("invalid_request", f"{name} is required")
+    return req
+
+
+def _roles(req: DecisionRequest) -> Any:
+    return req.roles if "roles" in req.model_fields_set else OMITTED
+
+
+def _questions(raw: Any, where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict) or not raw:
+        raise ApiError("invalid_request", f"{where} must be an object naming at least one question")
+    blank = [k for k in raw if not k.strip()]
+    if blank:
+        raise ApiError("invalid_request", f"{where} has a blank question id")
+    return raw
+
+
+def _entry(model: ServedModel, fam: Family, name: str | None, state_raw: Any, questions_raw: Any, roles: Any,
+           media: dict[str, Any]) -> Entry:
+    where = "questions" if name is None else f"states.{name}.questions"
+    questions = _questions(questions_raw, where)
+    state = parse_state(state_raw, roles, where="state" if name is None else f"states.{name}.state")
+    spec = model.card.decisions
+    assert spec is not None
+    checked: list[Question | Invalid] = []
+    for qid, raw in questions.items():
+        q = validate(qid, raw, spec, model.id)
+        if isinstance(q, Question):
+            try:
+                fam.check(q)
+                state.span_view(q.over) if q.type == "span" else state.view(q.over)
+            except QuestionError as exc:
+                q = Invalid(qid, q.type, str(exc), exc.code)
+        checked.append(q)
+    entry = Entry(name, state, check_collisions(checked))
+    for kind, items in media.items():
+        if items:
+            modalities = list(getattr(model.card, "modalities", None) or ["text"])
+            if kind.rstrip("s") not in modalities:
+                entry.rejected = ApiError("invalid_request", f"model {model.id} does not read {kind}; it reads "
+                                                             f"{modalities}")
+    return entry
+
+
+def build_entries(model: ServedModel, req: DecisionRequest) -> list[Entry]:
+    fam = family(model)
+    roles = _roles(req)
+    if "states" not in req.model_fields_set:
+        entry = _entry(model, fam, None, req.state, req.questions, roles,
+                       {"images": req.images, "videos": req.videos})
+        if entry.rejected is not None:
+            raise entry.rejected
+        return [entry]
+    if not isinstance(req.states, dict) or not req.states:
+        raise ApiError("invalid_request", "states must be an object naming at least one state")
+    entries = []
+    for name, raw in req.states.items():
+        if not name.strip():
+            raise ApiError("invalid_request", "states has a blank state name")
+        if not isinstance(raw, dict):
+            raise ApiError("invalid_request", f"states.{name} must be an object with state and questions")
+        unknown = sorted(set(raw) - ENTRY_FIELDS)
+        if unknown:
+            raise ApiError("invalid_request", f"states.{name} does not take {unknown}")
+        for needed in ("state", "questions"):
+            if needed not in raw:
+                raise ApiError("invalid_request", f"states.{name}.{needed} is required")
+        entries.append(_entry(model, fam, name, raw["state"], raw["questions"], roles,
+                              {"images": raw.get("images"), "videos": raw.get("videos")}))
+    if all(e.rejected is not None for e in entries):
+        raise next(e.rejected for e in entries if e.rejected is not None)
+    return entries
+
+
+def _check_any_valid(entries: list[Entry]) -> None:
+    valid = [q for e in entries if e.rejected is None for q in e.questions if isinstance(q, Question)]
+    if valid:
+        return
+    reasons = [f"{q.id if e.name is None else f'{e.name}.{q.id}'}: {q.message}" for e in entries
+               if e.rejected is None for q in e.questions if isinstance(q, Invalid)]
+    raise ApiError("invalid_request", "no question is valid: " + "; ".join(reasons))
+
+
+def _request_tokens(model: ServedModel, entry: Entry) -> None:
+    """State-once models bound a whole request: the state once plus each question's own tokens."""
+    spec, limit = model.card.decisions, model.card.limits.max_request_tokens
+    if spec is None or spec.usage != "state_once" or limit is None or entry.state is None:
+        return
+    encoder = model.text_encoder()
+    tokenizer = model.tokenizer
+    assert tokenizer is not None
+    state = encoder.encode(entry.state.view(None).text, max_tokens=limit + 1, overflow="truncate").tokens
+    total = state
+    for q in entry.questions:
+        if isinstance(q, Question):
+            texts = [q.instructions, *(o.description or o.key for o in q.options)]
+            total += sum(len(e.ids) for e in tokenizer.encode_batch(texts, add_special_tokens=False))
+    if total > limit:
+        entry.rejected = ApiError("invalid_request", f"the request holds at least {total} tokens (the state once "
+                                                     f"plus each question), over model {model.id}'s "
+                                                     f"max_request_tokens {limit}")
+        entry.rejected.reason = "request_tokens"  # type: ignore[attr-defined]
+        entry.rejected.limit = limit  # type: ignore[attr-defined]
+
+
+async def answer(runtime: Runtime, model: ServedModel, req: DecisionRequest, timing: Timing | None) -> Answered:
+    started = time.perf_counter()
+    entries = build_entries(model, req)
+    _check_any_valid(entries)
+    for entry in entries:
+        _request_tokens(model, entry)
+    if len(entries) == 1 and entries[0].rejected is not None and entries[0].name is None:
+        raise entries[0].rejected
+    fam = family(model)
+    asks: list[Ask] = []
+    for entry in entries:
+        if entry.rejected is not None or entry.state is None:
+            continue
+        for q in entry.questions:
+            if isinstance(q, Question):
+                view = entry.state.span_view(q.over) if q.type == "span" else entry.state.view(q.over)
+                ask = Ask(entry.name, q, view)
+                entry.asks.append(ask)
+                asks.append(ask)
+    if timing is not None:
+        timing.add("tokenize", started)
+    ctx = Context(runtime, model, req.options.deadline_ms, req.options.max_tokens,
+                  timing.started if timing is not None else started)
+    phases: list[Phases] = await fam.answer(ctx, asks) if asks else []
+    mark = time.perf_counter()
+    last = max(phases, key=lambda p: p.done, default=Phases())
+    out = {e.name: _assemble(runtime, model, e) for e in entries}
+    if timing is not None:
+        timing.ms["queue"] += last.queue_ms
+        timing.ms["forward"] += last.forward_ms
+        timing.add("post", mark)
+    return Answered(model, out, any(e.name is not None for e in entries), last.queue_ms, last.forward_ms)
+
+
+def _assemble(runtime: Runtime, model: ServedModel, entry: Entry) -> EntryAnswer:
+    spec = model.card.decisions
+    assert spec is not None
+    by_id = {a.question.id: a for a in entry.asks}
+    answers: dict[str, Any] = {}
+    spans: dict[str, Any] = {}
+    sets: dict[str, Any] = {}
+    thresholds: dict[str, float] = {}
+    failures: list[Failure] = []
+    views: dict[str, int] = {}
+    question_tokens = 0
+    per_question = 0
+    for q in entry.questions:
+        failure: Failure | None = None
+        if isinstance(q, Invalid):
+            failure = Failure(q.id, q.type, q.code, q.message, "question_invalid")
+        elif entry.rejected is not None:
+            failure = Failure(q.id, q.type, "invalid_input", entry.rejected.message,
+                              getattr(entry.rejected, "reason", "input_malformed"))
+        else:
+            ask = by_id[q.id]
+            if q.type in ("set", "span"):
+                thresholds[q.id] = q.threshold if q.threshold is not None else spec.thresholds.get(q.type, 0.5)
+            views[ask.view.text] = ask.view_tokens
+            per_question += ask.view_tokens + ask.question_tokens
+            question_tokens += ask.question_tokens
+            if ask.error is None and ask.outcome is not None:
+                try:
+                    got, extra = assemble(q, ask.outcome, spec.confidence, thresholds.get(q.id))
+                except NonFinite as exc:
+                    ask.fail(ItemError("invalid_model_output", str(exc)))
+                else:
+                    answers.update(got)
+                    if "sets" in extra:
+                        sets[q.id] = extra["sets"]
+                    if "spans" in extra:
+                        spans[q.id] = extra["spans"]
+            if ask.error is not None or ask.outcome is None:
+                error = ask.error or ItemError("invalid_model_output", "no answer")
+                failure = Failure(q.id, q.type, error.code, error.message, _reason(error.code))
+        if failure is not None:
+            answers[q.id] = {"type": failure.type, "error": failure.code, "message": failure.message}
+            failures.append(failure)
+        runtime.metrics.child(runtime.metrics.inputs, model.id, failure.code if failure else "ok").inc()
+    tokens = sum(views.values()) + question_tokens if spec.usage == "state_once" else per_question
+    body: dict[str, Any] = {"model": model.id, "answers": answers}
+    if spans:
+        body["spans"] = spans
+    if sets:
+        body["sets"] = sets
+    if thresholds:
+        body["thresholds"] = thresholds
+    body["usage"] = {"input_tokens": tokens, "output_tokens": 0}
+    return EntryAnswer(body, failures)
+
+
+def _reason(code: str) -> str:
+    return {"max_length_exceeded": "question_tokens", "scan_budget_exceeded": "scan_budget",
+            "deadline_exceeded": "deadline", "unavailable": "model_unavailable",
+            "invalid_model_output": "model_output"}.get(code, code)
+
+
+def render_decisions(answered: Answered, return_meta: bool) -> dict[str, Any]:
+    """The /v1/decisions body: failed questions answered in place."""
+    meta = response_meta(answered.model, answered.queue_ms, answered.forward_ms) if return_meta else None
+    if not answered.batch:
+        body = dict(answered.entries[None].body)
+        if meta is not None:
+            body["meta"] = meta
+        return body
+    states = {}
+    total = 0
+    for name, entry in answered.entries.items():
+        states[str(name)] = {**entry.body, **({"meta": meta} if meta is not None else {})}
+        total += entry.body["usage"]["input_tokens"]
+    out: dict[str, Any] = {"model": answered.model.id, "states": states,
+                           "usage": {"input_tokens": total, "output_tokens": 0}}
+    if meta is not None:
+        out["meta"] = meta
+    return out

@@ -1,0 +1,98 @@
+"""The interface every decision family implements, so a model author adds a family without touching the surface.
+
+A family is built once per served decisions model from its card (`decisions.family` and `decisions.parameters`).
+`check` adds the family's own rules to the shared question validation; `answer` turns the valid questions of a
+request (each with the view of the state it reads) into model inputs, runs them through Triton and fills in each
+question's `Outcome` or item error. Questions over the same text share one model input.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ...errors import ItemError
+from ...runtime import Runtime, ServedModel
+from ..answers import Outcome
+from ..questions import Question
+from ..state import View
+
+
+@dataclass
+class Ask:
+    """One valid question of one state entry and the text it reads."""
+
+    entry: str | None
+    question: Question
+    view: View
+    outcome: Outcome | None = None
+    error: ItemError | None = None
+    question_tokens: int = 0  # tokens of the question's own texts (instructions, options)
+    view_tokens: int = 0  # tokens of the state read for it (a lower bound when read in part)
+
+    def fail(self, error: ItemError) -> None:
+        if self.error is None:
+            self.error = error
+
+
+@dataclass
+class Context:
+    runtime: Runtime
+    model: ServedModel
+    deadline_ms: float | None
+    max_tokens: int | None  # options.max_tokens: the scan budget for parts read in windows
+    started: float  # perf_counter at the request's arrival (deadlines are measured from it)
+
+
+@dataclass
+class Phases:
+    """Triton-side queue/forward time of one model's work for a request, and when it was answered."""
+
+    queue_ms: float = 0.0
+    forward_ms: float = 0.0
+    done: float = 0.0
+
+    @classmethod
+    def of(cls, queue_ms: float, forward_ms: float) -> Phases:
+        return cls(queue_ms, forward_ms, time.perf_counter())
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FamilyError(ValueError):
+    """The card's family parameters are wrong: the model fails to load with this reason."""
+
+
+class Family(ABC):
+    name: ClassVar[str]
+    params_type: ClassVar[type[Params]]
+
+    def __init__(self, model: ServedModel) -> None:
+        spec = model.card.decisions
+        assert spec is not None
+        self.model = model
+        self.spec = spec
+        try:
+            self.params: Any = self.params_type.model_validate(spec.parameters)
+        except ValidationError as exc:
+            raise FamilyError(f"decisions.parameters of {model.id}: {exc}") from exc
+
+    def components(self) -> list[str]:
+        """Other served models this family reads through (their ids); the model is ready only when they are."""
+        return []
+
+    async def warm(self, runtime: Runtime) -> None:  # noqa: B027 - optional hook
+        """Anything to do once the model and its components are loaded (e.g. embed fixed texts)."""
+
+    def check(self, question: Question) -> None:  # noqa: B027 - optional hook
+        """Raise QuestionError for a question this family cannot answer (on top of the shared rules)."""
+
+    @abstractmethod
+    async def answer(self, ctx: Context, asks: list[Ask]) -> list[Phases]:
+        """Fill in `outcome` or `error` of every ask; return the phases of each model it ran."""

@@ -1,0 +1,370 @@
+"""Zero-shot decisions over a sentence embedder, with spans from a token tagger.
+
+No generative decision model ships offline, so this family answers with what we have (and says so on its card):
+
+- choice / score: softmax over options of cos(state, option text) / T, where each option's text comes from the
+  card's template (instructions, key, description); with windows, each option scores its best window;
+- noul: with both descriptions, the two-option choice; otherwise sigmoid((cos(state, text) − b) / T) with the
+  true description or the instructions as the text (a lone false description flips it);
+- set: one such sigmoid per label (independent labels);
+- span: the tagger's BIO spans whose entity types the question's labels name (by key or alias, else by a word of
+  the description), offsets in code points of the one part read; the question's noul is the highest probability
+  any token of the part has of being one of those types.
+
+Temperatures and biases are fitted on the labelled set in tools/decisions_eval (tools/fit_decisions.py).
+Option texts are embedded once per distinct text and kept in a bounded LRU cache.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from ...errors import ItemError
+from ...heads import decode_spans
+from ...runtime import ServedModel
+from ...surfaces.classify import Item, prepare_item, token_probabilities
+from ...surfaces.forward import Job, forward
+from ...text import InputTooLong
+from ...timing import Timing
+from ..answers import Outcome
+from ..questions import Option, Question, QuestionError
+from .base import Ask, Context, Family, FamilyError, Params, Phases
+
+DEFAULT_TEMPLATES = {"choice": "{key}: {description}", "score": "{instructions} {description}",
+                     "set": "{key}: {description}", "noul": "{instructions}", "noul_option": "{description}"}
+
+
+class TaggerParams(Params):
+    model: str  # id of the served token-classifier card
+    head: str | None = None
+    types: dict[str, list[str]]  # entity type → names a question label may use for it (keys or description words)
+
+
+class PairParams(Params):
+    """Nouls over a state of several parts also weigh how alike its first two parts are (a candidate passage
+    and the request it should answer): logit += weight · (cos(part₁, part₂) − bias) / T."""
+
+    weight: float = 0.0
+    bias: float = 0.0
+
+
+class ZeroShotParams(Params):
+    templates: dict[str, str] = DEFAULT_TEMPLATES
+    temperature: dict[str, float]
+    pair: PairParams = PairParams()
+    bias: dict[str, float] = Field(default_factory=dict)
+    cache_entries: int = 4096
+    tagger: TaggerParams | None = None
+
+
+_TRUNCATE = Question("", "noul", "", overflow="truncate")  # how a part compared with another part is read
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^A-Z0-9]+", "_", name.upper()).strip("_")
+
+
+@dataclass
+class _Reading:
+    """One distinct state text read by the embedder: its jobs (one per window) and tokens counted."""
+
+    jobs: list[Job] = field(default_factory=list)
+    tokens: int = 0
+    error: ItemError | None = None
+
+
+class OptionCache:
+    """Embeddings of option texts, most recently used last; bounded so hostile requests cannot grow it."""
+
+    def __init__(self, entries: int) -> None:
+        self.entries = entries
+        self._data: OrderedDict[str, tuple[np.ndarray, int]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, text: str) -> tuple[np.ndarray, int] | None:
+        found = self._data.get(text)
+        if found is None:
+            self.misses += 1
+            return None
+        self._data.move_to_end(text)
+        self.hits += 1
+        return found
+
+    def put(self, text: str, vector: np.ndarray, tokens: int) -> None:
+        self._data[text] = (vector, tokens)
+        self._data.move_to_end(text)
+        while len(self._data) > self.entries:
+            self._data.popitem(last=False)
+
+
+class ZeroShot(Family):
+    name = "zeroshot"
+    params_type = ZeroShotParams
+
+    def __init__(self, model: ServedModel) -> None:
+        super().__init__(model)
+        p: ZeroShotParams = self.params
+        missing = [t for t in self.spec.question_types if t in ("choice", "noul", "score", "set")
+                   and t not in p.temperature]
+        if missing:
+            raise FamilyError(f"decisions.parameters.temperature has no entry for {missing}")
+        if "span" in self.spec.question_types and p.tagger is None:
+            raise FamilyError("span questions need decisions.parameters.tagger")
+        self.cache = OptionCache(p.cache_entries)
+
+    def components(self) -> list[str]:
+        return [self.params.tagger.model] if self.params.tagger is not None else []
+
+    # -- validation --------------------------------------------------------------------------------------------
+    def check(self, question: Question) -> None:
+        if question.type == "span":
+            self.span_types(question)
+
+    def span_types(self, question: Question) -> dict[str, str]:
+        """Tagger entity type → the question label it answers (the first label naming it)."""
+        tagger: TaggerParams = self.params.tagger
+        out: dict[str, str] = {}
+        for option in question.options:
+            types = self._types_for(option, tagger)
+            if not types:
+                raise QuestionError(f"label {option.key!r} names no entity type the tagger finds; it finds "
+                                    f"{sorted(tagger.types)}")
+            for t in types:
+                out.setdefault(t, option.key)
+        return out
+
+    @staticmethod
+    def _types_for(option: Option, tagger: TaggerParams) -> list[str]:
+        key = _norm(option.key)
+        by_key = [t for t, names in tagger.types.items() if key == _norm(t) or key in {_norm(n) for n in names}]
+        if by_key or not option.description:
+            return by_key
+        # By the description: the types whose longest name occurs in it ("an email address" is EMAIL, not ADDRESS)
+        words = f" {_norm(option.description).replace('_', ' ')} "
+        best: dict[str, int] = {}
+        for t, names in tagger.types.items():
+            for n in names:
+                phrase = _norm(n).replace("_", " ")
+                if f" {phrase} " in words:
+                    best[t] = max(best.get(t, 0), len(phrase))
+        longest = max(best.values(), default=0)
+        return [t for t, size in best.items() if size == longest]
+
+    # -- texts -------------------------------------------------------------------------------------------------
+    def option_texts(self, q: Question) -> list[str]:
+        """The texts compared with the state, one per option (noul without descriptions: one text)."""
+        t = self.params.templates
+        if q.type == "noul":
+            false, true = q.options
+            if false.description is None and true.description is None:
+                return [t["noul"].format(instructions=q.instructions)]
+            return [t["noul_option"].format(instructions=q.instructions, key=o.key, description=o.description)
+                    for o in q.options if o.description is not None]
+        template = t[q.type]
+        return [template.format(instructions=q.instructions, key=o.key, description=o.description or o.key)
+                for o in q.options]
+
+    # -- answering ---------------------------------------------------------------------------------------------
+    async def answer(self, ctx: Context, asks: list[Ask]) -> list[Phases]:
+        embed = [a for a in asks if a.question.type != "span"]
+        spans = [a for a in asks if a.question.type == "span"]
+        phases: list[Phases] = []
+        if embed:
+            phases.append(await self._embedded(ctx, embed))
+        if spans:
+            phases.append(await self._tagged(ctx, spans))
+        return phases
+
+    def _read(self, ctx: Context, text: str, q: Question) -> _Reading:
+        encoder = self.model.text_encoder()
+        limits = self.model.card.limits
+        reading = _Reading()
+        try:
+            if q.overflow == "truncate":
+                enc = encoder.encode(text, max_tokens=limits.truncate_tokens or limits.max_input_tokens,
+                                     overflow="truncate")
+                reading.jobs, reading.tokens = [Job(enc.ids)], enc.tokens
+                return reading
+            window = self.spec.window
+            budget = ctx.max_tokens or limits.max_scan_tokens or limits.max_input_tokens
+            windows = encoder.windows(text, window_tokens=window.tokens if window else limits.max_input_tokens,
+                                      overlap=window.overlap if window else 0, scan_budget=budget)
+        except InputTooLong as exc:
+            reading.error = ItemError(exc.code, exc.message)
+            reading.tokens = exc.tokens
+            return reading
+        reading.jobs = [Job(w.ids) for w in windows]
+        reading.tokens = windows[-1].content_end + encoder.layout.size
+        return reading
+
+    async def _embedded(self, ctx: Context, asks: list[Ask]) -> Phases:
+        encoder = self.model.text_encoder()
+        limit = self.model.card.limits.max_input_tokens
+        readings: dict[tuple[str, bool], _Reading] = {}
+        pending: dict[str, Job] = {}
+        known: dict[str, tuple[np.ndarray, int]] = {}  # option texts found in the cache, held for this request
+        texts: dict[int, list[str]] = {}
+        for index, ask in enumerate(asks):
+            key = (ask.view.text, ask.question.overflow == "truncate")
+            if key not in readings:
+                readings[key] = self._read(ctx, ask.view.text, ask.question)
+            if self._paired(ask.question, ask.view.parts):
+                for part in ask.view.parts[:2]:
+                    if (part, True) not in readings:
+                        readings[(part, True)] = self._read(ctx, part, _TRUNCATE)
+            texts[index] = self.option_texts(ask.question)
+            for text in texts[index]:
+                if text in pending or text in known:
+                    continue
+                cached = self.cache.get(text)
+                if cached is not None:
+                    known[text] = cached
+                    continue
+                try:
+                    enc = encoder.encode(text, max_tokens=limit, overflow="reject")
+                except InputTooLong as exc:
+                    ask.fail(ItemError("max_length_exceeded", f"an option text of this question is too long: "
+                                                              f"{exc.message}"))
+                    continue
+                pending[text] = Job(enc.ids)
+        jobs = [j for r in readings.values() for j in r.jobs] + list(pending.values())
+        queue_ms, forward_ms = await forward(ctx.runtime, self.model, jobs, deadline_ms=ctx.deadline_ms,
+                                             timing=Timing(started=ctx.started))
+        phases = Phases.of(queue_ms, forward_ms)
+        for text, job in pending.items():
+            if job.result is not None:
+                known[text] = (np.asarray(job.result.values, dtype=np.float32), len(job.ids))
+                self.cache.put(text, *known[text])
+        for index, ask in enumerate(asks):
+            reading = readings[(ask.view.text, ask.question.overflow == "truncate")]
+            ask.view_tokens = reading.tokens
+            if ask.error is not None:
+                continue
+            if reading.error is not None:
+                ask.fail(reading.error)
+                continue
+            failed = next((j.error for j in reading.jobs if j.error is not None), None)
+            missing = [pending[t].error for t in texts[index] if t not in known]
+            failed = failed or next((e for e in missing if e is not None), None)
+            if failed is None and missing:
+                failed = ItemError("invalid_model_output", "no answer for an option text")
+            if failed is not None:
+                ask.fail(failed)
+                continue
+            vectors = [known[t][0] for t in texts[index]]
+            ask.question_tokens = sum(known[t][1] for t in texts[index])
+            state = np.stack([np.asarray(j.result.values, dtype=np.float32) for j in reading.jobs
+                              if j.result is not None])
+            cos = np.max(np.stack(vectors) @ state.T, axis=1).astype(np.float64)  # best window per option
+            pair = None
+            if self._paired(ask.question, ask.view.parts):
+                first, second = (readings[(part, True)] for part in ask.view.parts[:2])
+                if first.error or second.error or not first.jobs[0].result or not second.jobs[0].result:
+                    ask.fail(first.error or second.error or first.jobs[0].error or second.jobs[0].error
+                             or ItemError("invalid_model_output", "no answer for a part"))
+                    continue
+                pair = float(np.dot(first.jobs[0].result.values, second.jobs[0].result.values))
+            ask.outcome = Outcome(self.probabilities(ask.question, cos, pair))
+        return phases
+
+    def _paired(self, q: Question, parts: tuple[str, ...]) -> bool:
+        false, true = q.options if q.type == "noul" else (None, None)
+        return (q.type == "noul" and len(parts) >= 2 and self.params.pair.weight != 0.0 and false is not None
+                and true is not None and false.description is None and true.description is None)
+
+    def probabilities(self, q: Question, cos: np.ndarray, pair: float | None = None) -> np.ndarray:
+        """The family's scoring rule from cosines (one per option text) to the question's probabilities."""
+        temperature = self.params.temperature[q.type]
+        bias = self.params.bias.get(q.type, 0.0)
+        if q.type in ("choice", "score"):
+            return _softmax(cos / temperature)
+        if q.type == "set":
+            return _sigmoid((cos - bias) / temperature)
+        false, true = q.options  # noul
+        if false.description is not None and true.description is not None:
+            return _softmax(cos / temperature)
+        logit = (cos[0] - bias) / temperature
+        if pair is not None:
+            logit += self.params.pair.weight * (pair - self.params.pair.bias) / temperature
+        p_true = _sigmoid(logit)
+        if false.description is not None:  # only the false description was compared
+            p_true = 1.0 - p_true
+        return np.asarray([1.0 - p_true, p_true])
+
+    async def _tagged(self, ctx: Context, asks: list[Ask]) -> Phases:
+        tagger_params: TaggerParams = self.params.tagger
+        tagger = ctx.runtime.models.get(tagger_params.model)
+        if tagger is None or not tagger.ready:
+            for ask in asks:
+                ask.fail(ItemError("unavailable", f"the span tagger {tagger_params.model} is not ready"))
+            return Phases()
+        heads = tagger.card.heads or []
+        head = next((h for h in heads if h.name == tagger_params.head), heads[0])
+        encoder = tagger.text_encoder()
+        limits = tagger.card.limits
+        budget = min(ctx.max_tokens or self.model.card.limits.max_scan_tokens or limits.max_input_tokens,
+                     limits.max_scan_tokens or limits.max_input_tokens)
+        window = head.window
+        tokens = window.tokens if window else limits.max_input_tokens
+        overlap = window.overlap if window else 0
+        items: dict[tuple[str, bool], Item] = {}
+        for ask in asks:
+            key = (ask.view.text, ask.question.overflow == "truncate")
+            if key not in items:
+                if key[1]:
+                    items[key] = prepare_item(encoder, ask.view.text, "truncate",
+                                              min(limits.max_input_tokens, budget), tokens, overlap)
+                else:
+                    items[key] = prepare_item(encoder, ask.view.text, "window", budget, tokens, overlap)
+        jobs = [j for item in items.values() for j in item.jobs]
+        queue_ms, forward_ms = await forward(ctx.runtime, tagger, jobs, deadline_ms=ctx.deadline_ms,
+                                             timing=Timing(started=ctx.started))
+        for ask in asks:
+            item = items[(ask.view.text, ask.question.overflow == "truncate")]
+            ask.view_tokens = int(item.usage.get("tokens", 0))
+            failed = item.error or next((j.error for j in item.jobs if j.error is not None), None)
+            if failed is not None:
+                ask.fail(failed)
+                continue
+            results = [np.asarray(j.result.values) for j in item.jobs if j.result is not None]
+            probs, offsets = token_probabilities(item, results)
+            ask.outcome = self._spans(ask, head.labels, probs, offsets)
+        return Phases.of(queue_ms, forward_ms)
+
+    def _spans(self, ask: Ask, labels: list[str], probs: np.ndarray, offsets: list[tuple[int, int]]) -> Outcome:
+        q = ask.question
+        wanted = self.span_types(q)
+        threshold = q.threshold if q.threshold is not None else self.spec.thresholds.get("span", 0.5)
+        # P(token is one of the wanted types) = Σ over their B- and I- labels
+        mask = np.asarray([lab != "O" and lab.split("-", 1)[-1] in wanted for lab in labels], dtype=np.float64)
+        p_any = float(np.max(probs @ mask, initial=0.0)) if len(probs) else 0.0
+        found = [s for s in decode_spans(probs, offsets, labels, threshold) if s.label in wanted]
+        text = ask.view.text
+        spans: list[dict[str, Any]] = []
+        for s in found:
+            label = wanted[s.label]
+            last = spans[-1] if spans else None
+            # a person's given name and surname are one PERSON span when only spaces separate them
+            if last is not None and last["label"] == label and not text[last["end"]:s.start].strip():
+                last["end"], last["text"] = s.end, text[last["start"]:s.end]
+                last["probability"] = round(min(last["probability"], s.probability), 6)
+                continue
+            spans.append({"label": label, "start": s.start, "end": s.end, "text": text[s.start:s.end],
+                          "probability": round(s.probability, 6)})
+        return Outcome(np.asarray([p_any]), spans)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    z = np.exp(x - np.max(x))
+    return np.asarray(z / z.sum())
+
+
+def _sigmoid(x: Any) -> Any:
+    return 1.0 / (1.0 + np.exp(-x))

@@ -1,0 +1,213 @@
+"""Fit the zero-shot decision family's templates, temperatures and biases on the labelled set's fit split, and
+record the card's golden answers — both in process with ONNX Runtime, through the family's own code.
+
+    .venv/bin/python -m tools.fit_decisions [--items tools/decisions_eval/items.jsonl] [--out FILE]
+
+Prints (and writes to --out) the fitted `decisions.parameters` values and the golden block; the card is edited by
+hand from them, so every change to its numbers is a reviewed diff. Span questions are not fitted (the tagger's own
+probabilities are used). Choice/score pick the template with the best fit-split accuracy, then the temperature with
+the lowest negative log-likelihood; noul/set fit temperature and bias (and the two-part pair term) by likelihood.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gateway.cards import load_card
+from gateway.decisions.families.zeroshot import ZeroShot, ZeroShotParams
+from gateway.decisions.questions import Invalid, Question, validate
+from gateway.decisions.state import parse_state
+from gateway.runtime import ServedModel
+from sr_backend.encoder import RaggedRunner, make_session
+
+ROOT = Path(__file__).resolve().parents[1]
+CARD = ROOT / "model_repository" / "decision-zeroshot" / "card.yaml"
+EMBEDDER = ROOT / "model_repository" / "all-minilm-l6-v2" / "1"
+ITEMS = ROOT / "tools" / "decisions_eval" / "items.jsonl"
+TEMPERATURES = [0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.07, 0.1, 0.15, 0.2]
+BIASES = [round(b, 3) for b in np.linspace(0.0, 0.7, 36)]
+PAIR_WEIGHTS = [0.0, 0.5, 1.0, 2.0, 4.0, 8.0]
+TEMPLATES = {
+    "choice": ["{key}: {description}", "{description}", "{instructions} {key}: {description}"],
+    "score": ["{instructions} {description}", "{description}", "{instructions} Level {key}: {description}"],
+    "set": ["{key}: {description}", "{description}", "{instructions} {key}: {description}"],
+}
+GOLDEN: dict[str, Any] = {
+    "state": "Write a Python function that merges two sorted lists and explain its running time.",
+    "questions": {
+        "domain": {"type": "choice", "instructions": "Which domain does this request belong to?",
+                   "choices": [{"key": "code", "description": "Programming"},
+                               {"key": "math", "description": "Mathematics"}, {"key": "other"}]},
+        "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
+        "difficulty": {"type": "score", "instructions": "How difficult is this request?",
+                       "levels": ["Trivial", "Moderate", "Hard"]},
+    },
+}
+
+
+class Embedder:
+    """all-MiniLM-L6-v2 in process: the same ONNX file and tokenizer Triton serves, one text at a time."""
+
+    def __init__(self, model: ServedModel) -> None:
+        self.encoder = model.text_encoder()
+        self.runner = RaggedRunner(make_session(str(EMBEDDER / "model.onnx"), threads=2))
+        self.cache: dict[str, np.ndarray] = {}
+
+    def __call__(self, texts: Iterable[str], window: int = 256) -> None:
+        todo = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        for start in range(0, len(todo), 64):
+            chunk = todo[start:start + 64]
+            rows = [np.asarray(self.encoder.encode(t, max_tokens=window, overflow="truncate").ids) for t in chunk]
+            vectors, _ = self.runner.run_pooled(rows)
+            for text, vector in zip(chunk, vectors, strict=True):
+                self.cache[text] = np.asarray(vector, dtype=np.float64)
+
+    def cos(self, a: str, b: str) -> float:
+        return float(self.cache[a] @ self.cache[b])
+
+
+def _family(params: dict[str, Any]) -> tuple[ServedModel, ZeroShot]:
+    card = load_card(CARD)
+    assert card.decisions is not None
+    card = card.model_copy(update={"decisions": card.decisions.model_copy(update={"parameters": params})})
+    model = ServedModel(card)
+    return model, ZeroShot(model)
+
+
+def _items(path: Path, model: ServedModel) -> list[tuple[dict[str, Any], Question, Any]]:
+    spec = model.card.decisions
+    assert spec is not None
+    out = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        q = validate(item["id"], item["question"], spec, model.id)
+        if isinstance(q, Invalid):
+            raise SystemExit(f"item {item['id']}: {q.message}")
+        out.append((item, q, parse_state(item["state"]).view(q.over)))
+    return out
+
+
+def _nll(p: np.ndarray, want: Any, q: Question) -> tuple[float, bool]:
+    """Negative log-likelihood of the expected answer and whether the answer is right."""
+    eps = 1e-9
+    if q.type in ("choice", "score"):
+        index = q.keys.index(want) if q.type == "choice" else int(want)
+        return -math.log(max(float(p[index]), eps)), int(np.argmax(p)) == index
+    if q.type == "noul":
+        return -math.log(max(float(p[1] if want else p[0]), eps)), (p[1] >= 0.5) == bool(want)
+    chosen = set(want)
+    loss = -sum(math.log(max(float(v if k in chosen else 1 - v), eps)) for k, v in zip(q.keys, p, strict=True))
+    return loss, {k for k, v in zip(q.keys, p, strict=True) if v >= 0.5} == chosen
+
+
+def fit(path: Path) -> dict[str, Any]:
+    base = _family(load_card(CARD).decisions.parameters)[1].params  # type: ignore[union-attr]
+    model, fam = _family(base.model_dump())
+    embed = Embedder(model)
+    data = [x for x in _items(path, model) if x[1].type != "span"]
+    fitting = [x for x in data if x[0]["split"] == "fit"]
+    texts = {v.text for _, _, v in data} | {p for _, _, v in data for p in v.parts[:2]}
+    for qtype, templates in TEMPLATES.items():
+        for template in templates:
+            f = _family({**base.model_dump(), "templates": {**base.templates, qtype: template}})[1]
+            texts |= {t for _, q, _ in data if q.type == qtype for t in f.option_texts(q)}
+    texts |= {t for _, q, _ in data if q.type == "noul" for t in fam.option_texts(q)}
+    embed(texts)
+    chosen: dict[str, Any] = {"templates": dict(base.templates), "temperature": {}, "bias": {}, "pair": {}}
+    report: dict[str, Any] = {}
+
+    features: dict[tuple[str, str], list[tuple[Any, Question, np.ndarray, float | None]]] = {}
+
+    def score(params: ZeroShotParams, qtype: str) -> tuple[float, float]:
+        fam.params = params  # the family's own scoring rule, with the candidate parameters
+        key = (qtype, params.templates.get(qtype, ""))
+        if key not in features:
+            features[key] = [(item["expected"], q, np.asarray([embed.cos(view.text, t) for t in fam.option_texts(q)]),
+                              embed.cos(*view.parts[:2]) if len(view.parts) >= 2 else None)
+                             for item, q, view in fitting if q.type == qtype]
+        loss, right = 0.0, 0
+        rows = features[key]
+        for expected, q, cos, pair in rows:
+            n, ok = _nll(fam.probabilities(q, cos, pair if fam._paired(q, (".", ".") if pair is not None else ())
+                                           else None), expected, q)
+            loss, right = loss + n, right + ok
+        return loss / max(len(rows), 1), right / max(len(rows), 1)
+
+    for qtype in ("choice", "score", "set", "noul"):
+        best: tuple[float, float, ZeroShotParams] | None = None
+        templates = TEMPLATES.get(qtype, [base.templates.get(qtype, "")])
+        biases = BIASES if qtype in ("noul", "set") else [0.0]
+        pairs = list(itertools.product(PAIR_WEIGHTS, BIASES[::3])) if qtype == "noul" else [(0.0, 0.0)]
+        for template, temperature, bias, (weight, pair_bias) in itertools.product(templates, TEMPERATURES, biases,
+                                                                                  pairs):
+            params = base.model_copy(update={
+                "templates": {**base.templates, qtype: template} if qtype in TEMPLATES else base.templates,
+                "temperature": {**base.temperature, qtype: temperature},
+                "bias": {**base.bias, qtype: bias},
+                "pair": base.pair.model_copy(update={"weight": weight, "bias": pair_bias}) if qtype == "noul"
+                else base.pair})
+            loss, accuracy = score(params, qtype)
+            if best is None or (-accuracy, loss) < (-best[1], best[0]):
+                best = (loss, accuracy, params)
+        assert best is not None
+        loss, accuracy, params = best
+        chosen["templates"][qtype] = params.templates[qtype] if qtype in TEMPLATES else base.templates[qtype]
+        chosen["temperature"][qtype] = params.temperature[qtype]
+        if qtype in ("noul", "set"):
+            chosen["bias"][qtype] = params.bias[qtype]
+        if qtype == "noul":
+            chosen["pair"] = params.pair.model_dump()
+        report[qtype] = {"fit_items": sum(1 for x in fitting if x[1].type == qtype), "fit_accuracy": accuracy,
+                         "fit_nll": round(loss, 4)}
+    fitted = {**base.model_dump(), **{k: v for k, v in chosen.items() if v}}
+    return {"parameters": fitted, "report": report, "golden": golden(fitted, embed)}
+
+
+def golden(params: dict[str, Any], embed: Embedder) -> dict[str, Any]:
+    """The card's golden answers for the reference's readiness request, computed in process."""
+    model, fam = _family(params)
+    spec = model.card.decisions
+    assert spec is not None
+    view = parse_state(GOLDEN["state"]).view(None)
+    answers: dict[str, Any] = {}
+    for qid, raw in GOLDEN["questions"].items():
+        q = validate(qid, raw, spec, model.id)
+        assert isinstance(q, Question)
+        texts = fam.option_texts(q)
+        embed([view.text, *texts])
+        p = fam.probabilities(q, np.asarray([embed.cos(view.text, t) for t in texts]))
+        if q.type == "choice":
+            answers[qid] = {"choice": q.keys[int(np.argmax(p))],
+                            "probabilities": {k: round(float(v), 6) for k, v in zip(q.keys, p, strict=True)}}
+        elif q.type == "noul":
+            answers[qid] = {"noul": round(float(p[1]), 6)}
+        else:
+            answers[qid] = {"score": round(float(np.arange(len(p)) @ p), 6),
+                            "probabilities": {k: round(float(v), 6) for k, v in zip(q.keys, p, strict=True)}}
+    return {"surface": "decisions", "tolerance": 0.001, "request": GOLDEN, "expected": {"answers": answers}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=Path, default=ITEMS)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    result = fit(args.items)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
