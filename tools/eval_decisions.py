@@ -7,7 +7,9 @@ entries, one question each); every entry is scored against its expected answer:
 - noul: `noul ≥ 0.5` equals the expected boolean;
 - score: `round(score)` equals the expected level index, and the mean absolute error of `score`;
 - set: the selected labels (at the applied threshold) equal the expected set, and per-label accuracy;
-- span: an expected `{label, text}` is found when a span with that label has that text or contains it (recall);
+- span: returned spans of one label separated only by spaces and commas are joined (an address comes back as
+  street, city and postcode pieces); an expected `{label, text}` is found when a span with that label has that text
+  or contains it (recall);
   a found span is right when it matches an expected span either way round (precision); an item is right when
   every expected span is found and every found span is right.
 
@@ -175,7 +177,23 @@ def predicted(item: Item, entry: Entry) -> Any:
         return float(answers[QUESTION_ID]["score"])
     if kind == "set":
         return list(entry["sets"][QUESTION_ID]["selected"])
-    return [{"label": s["label"], "text": s["text"]} for s in (entry.get("spans") or {}).get(QUESTION_ID, [])]
+    return joined_spans(_span_source(item), (entry.get("spans") or {}).get(QUESTION_ID, []))
+
+
+def joined_spans(source: str, spans: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Spans as `{label, text}`, where spans of one label separated only by spaces and commas read as one span:
+    a postal address comes back as street, city and postcode pieces, and the whole address is what is expected."""
+    out: list[dict[str, Any]] = []
+    for span in sorted(spans, key=lambda s: int(s["start"])):
+        last = out[-1] if out else None
+        if (last is not None and last["label"] == span["label"] and last["end"] <= span["start"]
+                and not source[last["end"] : span["start"]].strip(" ,\n\t")):
+            last["end"] = span["end"]
+            last["text"] = source[last["start"] : span["end"]]
+            continue
+        out.append({"label": span["label"], "start": int(span["start"]), "end": int(span["end"]),
+                    "text": span["text"]})
+    return [{"label": s["label"], "text": s["text"]} for s in out]
 
 
 # ---------------------------------------------------------------- scoring

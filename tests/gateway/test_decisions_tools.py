@@ -186,6 +186,27 @@ def test_a_span_is_found_when_a_span_of_its_label_contains_its_text_and_extra_sp
     assert report.value("span", "recall", "nothing found") == 0.0
 
 
+def test_address_pieces_separated_by_commas_join_into_one_span_but_listed_names_stay_apart() -> None:
+    text = "Ship to 1180 Maple Avenue, Apt 3B, Springfield, IL 62704 for Ann Lee and Bo Chan, Cy Li."
+
+    def at(label: str, piece: str) -> dict[str, Any]:
+        start = text.index(piece)
+        return {"label": label, "start": start, "end": start + len(piece), "text": piece, "probability": 0.9}
+
+    pieces = [at("ADDRESS", "Springfield"), at("ADDRESS", "1180 Maple Avenue"), at("ADDRESS", "Apt 3B"),
+              at("ADDRESS", "IL 62704"), at("PERSON", "Ann Lee"), at("PERSON", "Bo Chan"), at("PERSON", "Cy Li")]
+    assert ev.joined_spans(text, pieces) == [
+        {"label": "ADDRESS", "text": "1180 Maple Avenue, Apt 3B, Springfield, IL 62704"},
+        {"label": "PERSON", "text": "Ann Lee"}, {"label": "PERSON", "text": "Bo Chan, Cy Li"}]
+    item = {"id": "a", "split": "heldout", "state": text, "expected": [
+        {"label": "ADDRESS", "text": "1180 Maple Avenue, Apt 3B, Springfield, IL 62704"},
+        {"label": "PERSON", "text": "Ann Lee"}, {"label": "PERSON", "text": "Bo Chan"}, {"label": "PERSON",
+                                                                                      "text": "Cy Li"}],
+            "question": {"type": "span", "instructions": "?", "labels": [{"key": "ADDRESS"}, {"key": "PERSON"}]}}
+    report = ev.evaluate({"a": _entry({"q": {"type": "noul", "noul": 0.9}}, spans={"q": pieces})}, [item])
+    assert report.value("span", "recall") == 1.0 and report.value("span", "precision") == 1.0
+
+
 def test_a_span_question_expecting_nothing_is_right_only_when_nothing_is_found() -> None:
     def item(name: str) -> ev.Item:
         return {"id": name, "split": "heldout", "state": "no personal data here", "expected": [],
