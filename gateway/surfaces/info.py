@@ -58,7 +58,8 @@ async def list_models(request: web.Request) -> web.Response:
         "object": "list", "api_version": API_VERSION,
         "data": [model_card(m) for m in runtime.models.values()],
         "limits": {"max_request_bytes": runtime.settings.max_request_bytes,
-                   "max_queue": runtime.settings.max_queue},
+                   "max_queue": runtime.settings.max_queue,
+                   "max_bundle_tasks": runtime.settings.max_bundle_tasks},
     })
 
 

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +104,59 @@ def gateway_url(triton_url: str) -> Iterator[str]:
 def http(gateway_url: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=gateway_url, timeout=60) as client:
         yield client
+
+
+# -- random-weight fixtures (cross-encoder, NLI classifier) in one repository, served by their own gateway -------
+CROSS = "tiny-cross-encoder"
+NLI = "tiny-nli"
+
+
+@dataclass
+class Served:
+    repo: Path
+    url: str = ""
+    proc: subprocess.Popen | None = None  # type: ignore[type-arg]
+    procs: list[subprocess.Popen] = field(default_factory=list)  # type: ignore[type-arg]
+
+
+def _build_and_serve(served: Served) -> Served:
+    for tool, name in (("tools.make_cross_encoder_fixture", CROSS), ("tools.make_nli_fixture", NLI)):
+        with (LOGS / f"{tool.rsplit('.', 1)[1]}.log").open("w") as log:
+            subprocess.run([sys.executable, "-m", tool, str(served.repo), "--name", name], cwd=ROOT, stdout=log,
+                           stderr=subprocess.STDOUT, check=True, timeout=300)
+    port = free_port()
+    proc = start(["serve", "--port", str(port), "--model-repository", str(served.repo)], "serve-fixtures.log")
+    served.procs.append(proc)
+    served.url = f"http://127.0.0.1:{port}"
+    wait_for(lambda: httpx.get(served.url + "/health", timeout=2).json()["status"] in ("ready", "failed"), 180,
+             "gateway (fixtures)", proc)
+    served.proc = proc
+    return served
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fixtures_started_early(request: pytest.FixtureRequest,
+                            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[Served] | None]:
+    """Builds the fixtures and starts their server before the shared gateway (session fixtures run first), when any
+    collected test needs them."""
+    if not any("fixtures_served" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        yield None
+        return
+    LOGS.mkdir(parents=True, exist_ok=True)
+    served = Served(tmp_path_factory.mktemp("fixture-repo"))
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(_build_and_serve, served)
+        yield future
+        future.exception()  # let a start in progress finish, so its process can be stopped
+        for proc in served.procs:
+            stop(proc)
+
+
+@pytest.fixture(scope="session")
+def fixtures_served(_fixtures_started_early: Future[Served] | None) -> Iterator[Served]:
+    assert _fixtures_started_early is not None
+    served = _fixtures_started_early.result(timeout=400)
+    health = httpx.get(served.url + "/health").json()
+    assert health["status"] == "ready", f"the fixtures' gateway is not ready: {health}"
+    yield served
+    assert served.proc is not None and stop(served.proc) == 0, "the fixtures' gateway did not exit cleanly"

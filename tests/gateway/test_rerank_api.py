@@ -9,13 +9,8 @@ encoding. Building and starting that server is most of this file's time, so it s
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,7 +21,7 @@ from tokenizers import Tokenizer
 
 from gateway.text import TextEncoder
 
-from .conftest import LOGS, MODEL, ROOT, free_port, start, stop, wait_for
+from .conftest import CROSS, MODEL, ROOT, Served
 from .contract import check
 
 QUERY = "What is the capital of France?"
@@ -37,7 +32,6 @@ DOCS = [
     "Bananas are rich in potassium.",
     "Bordeaux is famous for its red wine.",
 ]
-CROSS = "tiny-cross-encoder"
 
 
 def post(client: httpx.Client, body: Any, model: str | None = MODEL) -> httpx.Response:
@@ -211,56 +205,10 @@ def test_a_deadline_that_has_passed_fails_every_document(http: httpx.Client) -> 
     assert r["usage"]["input_tokens"] == 0
 
 
-# -- cross-encoder (random-weight fixture, its own `sr-gateway serve`) --------------------------------------------
-@dataclass
-class Served:
-    repo: Path
-    url: str = ""
-    proc: subprocess.Popen | None = None  # type: ignore[type-arg]
-    procs: list[subprocess.Popen] = field(default_factory=list)  # type: ignore[type-arg]
-
-
-def _build_and_serve(served: Served) -> Served:
-    with (LOGS / "make-cross-encoder-fixture.log").open("w") as log:
-        subprocess.run([sys.executable, "-m", "tools.make_cross_encoder_fixture", str(served.repo), "--name", CROSS],
-                       cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=300)
-    port = free_port()
-    proc = start(["serve", "--port", str(port), "--model-repository", str(served.repo)], "serve-cross-encoder.log")
-    served.procs.append(proc)
-    served.url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: httpx.get(served.url + "/health", timeout=2).json()["status"] in ("ready", "failed"), 180,
-             "gateway (cross-encoder)", proc)
-    served.proc = proc
-    return served
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _cross_encoder_started_early(request: pytest.FixtureRequest,
-                                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[Served] | None]:
-    """Starts the fixture build and its server before the shared gateway (session fixtures run first)."""
-    here = sys.modules[__name__]
-    if not any(getattr(item, "module", None) is here and "cross" in getattr(item, "fixturenames", ())
-               for item in request.session.items):
-        yield None
-        return
-    LOGS.mkdir(parents=True, exist_ok=True)
-    served = Served(tmp_path_factory.mktemp("cross-repo"))
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(_build_and_serve, served)
-        yield future
-        future.exception()  # let a start in progress finish, so its process can be stopped
-        for proc in served.procs:
-            stop(proc)
-
-
+# -- cross-encoder (random-weight fixture, its own `sr-gateway serve`: conftest.fixtures_served) -------------
 @pytest.fixture(scope="module")
-def cross(_cross_encoder_started_early: Future[Served] | None) -> Iterator[Served]:
-    assert _cross_encoder_started_early is not None
-    served = _cross_encoder_started_early.result(timeout=400)
-    health = httpx.get(served.url + "/health").json()
-    assert health["status"] == "ready", f"the cross-encoder gateway is not ready: {health}"
-    yield served
-    assert served.proc is not None and stop(served.proc) == 0, "the cross-encoder gateway did not exit cleanly"
+def cross(fixtures_served: Served) -> Served:
+    return fixtures_served
 
 
 @pytest.fixture(scope="module")
