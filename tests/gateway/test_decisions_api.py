@@ -117,7 +117,7 @@ INVALID = [
     ({"type": "choice", "instructions": "i", "choices": [{"key": "a"}, {"key": "a"}]}, "name 'a' twice"),
     ({"type": "choice", "instructions": "i", "criteria": {"a": None, " ": None}}, "keys must not be blank"),
     ({"type": "choice", "instructions": "i", "criteria": {"a": "", "b": None}}, "must not be blank"),
-    ({"type": "choice", "instructions": "i", "criteria": {"a": 1, "b": 2}}, "choices": [{"key": "a"}]},
+    ({"type": "choice", "instructions": "i", "criteria": {"a": None, "b": None}, "choices": [{"key": "a"}]},
      "use criteria or choices, not both"),
     ({"type": "choice", "instructions": "i", "levels": ["a", "b"]}, "choice questions do not take ['levels']"),
     ({"type": "score", "instructions": "i", "levels": ["a"]}, "levels must list 2 to 10 levels"),
