@@ -58,7 +58,12 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         if exc.status == 404:
             return web.json_response({"error": "not_found", "message": "no such endpoint"}, status=404)
         if exc.status == 405:
-            return web.json_response({"error": "method_not_allowed", "message": exc.reason}, status=405)
+            # The contract's error codes have no "method_not_allowed": the request itself is invalid.
+            allowed = exc.headers.get("Allow", "")
+            return web.json_response(
+                {"error": "invalid_request", "message": f"method {request.method} not allowed; allowed: {allowed}"},
+                status=405, headers={"Allow": allowed},
+            )
         raise
     except Exception:
         op = request.match_info.route.name or ""

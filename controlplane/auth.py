@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from controlplane.errors import ApiError, forbidden, internal, unauthorized
+from controlplane.errors import ApiError, forbidden, unauthorized, unavailable
 
 TOKEN_HEADER = "x-keystone-token"
 
@@ -95,12 +95,12 @@ class KeystoneAuth:
                 if resp.status in (401, 403, 404):
                     return None
                 if resp.status != 200:
-                    raise internal(f"identity service answered {resp.status}")
+                    raise unavailable(f"identity service (Keystone) answered {resp.status}; try again later")
                 body = await resp.json()
         except ApiError:
             raise
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise internal(f"identity service unreachable: {type(exc).__name__}") from exc
+            raise unavailable(f"identity service (Keystone) unreachable: {type(exc).__name__}") from exc
         return self._principal(body.get("token") or {})
 
     def _principal(self, tok: dict[str, Any]) -> Principal:

@@ -16,7 +16,7 @@ from controlplane.config import Settings
 from controlplane.db import make_engine, migrate
 
 
-async def _migrate(settings: Settings) -> int:
+async def _migrate(settings: Settings) -> str:
     engine = make_engine(settings.database_url)
     try:
         return await migrate(engine)
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         web.run_app(create_app(settings), host=args.host, port=args.port, print=None)
         return 0
     if args.cmd == "migrate":
-        print(f"schema version {asyncio.run(_migrate(settings))}")
+        print(f"schema revision {asyncio.run(_migrate(settings))}")
         return 0
     try:
         counts = asyncio.run(_import(settings, args.file))

@@ -28,6 +28,7 @@ class Settings:
     )
     architecture: str = "amd64"
     probe_timeout_s: float = 3.0
+    probe_concurrency: int = 8
     prometheus_url: str | None = None
 
     @classmethod
@@ -46,5 +47,6 @@ class Settings:
             role_permissions=dict(roles),
             architecture=e.get("SR_CP_ARCHITECTURE", cls.architecture),
             probe_timeout_s=float(e.get("SR_CP_PROBE_TIMEOUT_S", cls.probe_timeout_s)),
+            probe_concurrency=int(e.get("SR_CP_PROBE_CONCURRENCY", cls.probe_concurrency)),
             prometheus_url=e.get("SR_CP_PROMETHEUS_URL") or None,
         )

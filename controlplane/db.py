@@ -1,15 +1,20 @@
-"""Catalog storage: SQLAlchemy 2 async tables, engine creation and ordered schema migrations.
+"""Catalog storage: SQLAlchemy 2 async tables, engine creation and Alembic schema migrations.
 
 SQLite (aiosqlite) is the embedded default, PostgreSQL (asyncpg) the production store; both run the
-same migrations. Rows are never hard-deleted by the API: ``deleted_at`` marks them ("marked deleted").
+same migrations (controlplane/migrations). Rows are never hard-deleted by the API: ``deleted_at`` marks
+them ("marked deleted"). ``deployments.version`` is bumped by every write and checked by it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -83,6 +88,7 @@ deployments = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("version", sa.Integer, nullable=False, server_default="0"),  # row version (compare-and-set)
 )
 
 # One live deployment per workload name and project: this index is what makes concurrent creates of the
@@ -98,26 +104,28 @@ live_name_index = sa.Index(
 
 sa.Index("ix_deployments_project", deployments.c.project_id, deployments.c.created_at)
 
-schema_version = sa.Table(
-    "schema_version",
-    metadata,
-    sa.Column("version", sa.Integer, primary_key=True),
-    sa.Column("applied_at", sa.DateTime(timezone=True), nullable=False),
-)
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+LEGACY_VERSION_TABLE = "schema_version"
+"""The pre-Alembic migrator's bookkeeping; a database it left at version 1 is revision 0001."""
 
 
-def _m1_initial(conn: Connection) -> None:
-    """Version 1: catalog tables with their indexes (the live-name index is bound to ``deployments``).
-
-    When the first schema change lands, freeze this step as explicit DDL: it must keep creating the
-    version-1 schema even after the table definitions above move on.
-    """
-    for table in (engines, models, artifacts, deployments):
-        table.create(conn)
+def alembic_config(conn: Connection) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["connection"] = conn
+    return cfg
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_m1_initial]
-"""Append-only: migration N is ``MIGRATIONS[N - 1]``. Never edit one that has shipped."""
+def head_revision() -> str:
+    """The newest revision of the migration history."""
+    head = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(conn: Connection) -> str | None:
+    """The revision a database is at (``None``: never migrated by Alembic)."""
+    return MigrationContext.configure(conn).get_current_revision()
 
 
 def utcnow() -> datetime:
@@ -125,20 +133,16 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _migrate_sync(conn: Connection) -> int:
-    schema_version.create(conn, checkfirst=True)
-    current = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar() or 0
-    for version, step in enumerate(MIGRATIONS, start=1):
-        if version <= current:
-            continue
-        step(conn)
-        conn.execute(schema_version.insert().values(version=version, applied_at=utcnow()))
-        current = version
-    return current
+def _migrate_sync(conn: Connection) -> str:
+    cfg = alembic_config(conn)
+    if current_revision(conn) is None and sa.inspect(conn).has_table(LEGACY_VERSION_TABLE):
+        command.stamp(cfg, "0001")  # created by the pre-Alembic migrator: its version 1 is our 0001
+    command.upgrade(cfg, "head")
+    return current_revision(conn) or ""
 
 
-async def migrate(engine: AsyncEngine) -> int:
-    """Bring the schema to the newest version in one transaction; returns that version."""
+async def migrate(engine: AsyncEngine) -> str:
+    """Bring the schema to the newest revision in one transaction; returns that revision."""
     async with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             # Two processes starting together must not both create the tables.

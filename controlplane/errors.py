@@ -57,7 +57,7 @@ def backend_unavailable(message: str) -> ApiError:
 
 
 def unavailable(message: str) -> ApiError:
-    """503: Kubernetes is not configured on this platform."""
+    """503: Kubernetes or monitoring is not configured, or the identity service (Keystone) is unreachable."""
     return ApiError(503, "unavailable", message)
 
 

@@ -1,6 +1,8 @@
 """Deployment metrics from Prometheus (or Thanos, same query API) for ``GET /deployments/{id}/metrics``.
 
-Series select the workload's pods by namespace and the ``<workload>-`` pod-name prefix KServe uses.
+Series select exactly the workload's own pods: the pods the apiserver lists for the workload's label
+selector (the same one pods/logs/exec use), named one by one. Why not a name prefix: ``qwen-.*`` also
+matches ``qwen-chat``'s pods, so two deployments' numbers would be summed.
 Resource series use cAdvisor names; the vLLM block uses vLLM's own metric names and is only asked for
 when the workload Service exists (before that there is nothing to scrape).
 """
@@ -32,9 +34,14 @@ def window(range_key: str | None) -> tuple[int, int]:
     return seconds, max(MIN_STEP, seconds // POINTS)
 
 
-def queries(namespace: str, workload: str, step: int, vllm: bool) -> dict[str, str]:
+def pod_matcher(pod_names: list[str]) -> str:
+    """An exact-match alternation (PromQL regexes are anchored); dots in names are escaped."""
+    return "|".join(sorted(name.replace(".", "\\\\.") for name in pod_names))
+
+
+def queries(namespace: str, pod_names: list[str], step: int, vllm: bool) -> dict[str, str]:
     """PromQL per response field."""
-    pods = f'namespace="{namespace}",pod=~"{workload}-.*"'
+    pods = f'namespace="{namespace}",pod=~"{pod_matcher(pod_names)}"'
     ctr = f'{pods},container!="",container!="POD"'
     rate_w = f"{max(4 * step, 60)}s"
     out = {
@@ -80,17 +87,22 @@ async def _range_query(
 
 
 async def collect(
-    base_url: str, namespace: str, workload: str, range_key: str | None, vllm: bool, timeout_s: float = 10.0
+    base_url: str, namespace: str, pod_names: list[str], range_key: str | None, vllm: bool,
+    timeout_s: float = 10.0,
 ) -> dict[str, Any]:
-    """Run every query in parallel and shape the response; the vLLM block is omitted when empty."""
+    """Run every query in parallel and shape the response; the vLLM block is omitted when empty.
+    Without pods there is nothing that could be ours: empty series, Prometheus not asked."""
     seconds, step = window(range_key)
     end = time.time()
     start = end - seconds
-    qs = queries(namespace, workload, step, vllm)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
-        series = await asyncio.gather(
-            *(_range_query(http, base_url.rstrip("/"), q, start, end, step) for q in qs.values())
-        )
+    qs = queries(namespace, pod_names, step, vllm)
+    if not pod_names:
+        series: list[list[list[float]]] = [[] for _ in qs]
+    else:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
+            series = await asyncio.gather(
+                *(_range_query(http, base_url.rstrip("/"), q, start, end, step) for q in qs.values())
+            )
     out: dict[str, Any] = {"stepSeconds": step}
     llm: dict[str, Any] = {}
     for key, values in zip(qs, series, strict=True):

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from datetime import UTC, datetime
@@ -37,7 +38,7 @@ from controlplane.errors import (
 from controlplane.kube import KINDS, STOP_ANNOTATION, Kind, KubeBackend
 from controlplane.metrics import collect
 from controlplane.pods import current_pods
-from controlplane.probe import probe_all
+from controlplane.probe import Prober, Target
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,15 @@ CREATE_FIELDS = frozenset(
      "command", "args", "env", "resources", "kvCacheOffloading", "labels", "lora"}
 )
 RUNTIME_FIELDS = PATCH_FIELDS - {"name", "description"}
+WRITE_ATTEMPTS = 5  # read-merge-write rounds before a concurrent-write conflict is reported as 409
 # The terminal: bash when the image has it, else sh.
 TERMINAL_COMMAND = [
     "/bin/sh", "-c", "TERM=xterm-256color; export TERM; command -v bash >/dev/null && exec bash || exec sh"
 ]
+
+
+class StaleRow(Exception):
+    """The catalog row changed between read and write (its version moved on)."""
 
 
 def _rfc3339(value: datetime) -> str:
@@ -110,6 +116,8 @@ class DeploymentService:
         self.db = engine
         self.kube = kube
         self.settings = settings
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.prober = Prober(settings.probe_timeout_s, settings.probe_concurrency)
 
     # -- lookups -------------------------------------------------------------------------------------
 
@@ -167,26 +175,31 @@ class DeploymentService:
             where.append(deployments.c.project_id == (who.project_id or ""))
         async with self.db.connect() as conn:
             rows = (await conn.execute(sa.select(deployments).where(*where))).all()
-        limit = asyncio.Semaphore(8)
+        limit = asyncio.Semaphore(self.settings.probe_concurrency)
 
-        async def target(row: Any) -> tuple[str, str | None] | None:
+        async def target(row: Any) -> Target | None:
             """Where to probe, or ``None`` when the workload is not configured, not ready or stopped."""
             if self.kube is None or row.backend_catalog != "k8s" or row.backend_type not in KINDS:
                 return None
             async with limit:
                 try:
-                    obj = await self.kube.get(KINDS[row.backend_type], _namespace(row.project_id), row.k8s_name)
-                except ApiError:
+                    obj = await asyncio.wait_for(
+                        self.kube.get(KINDS[row.backend_type], _namespace(row.project_id), row.k8s_name),
+                        self.settings.probe_timeout_s * 2,
+                    )
+                except (ApiError, TimeoutError):
                     return None
             ready = workload.ready_value(workload.conditions(obj)) == "True"
             ep = workload.endpoint(obj)
             if not ready or workload.is_stop_requested(obj) or not ep:
                 return None
-            return ep, dict(row.spec).get("modelName")
+            meta = obj.get("metadata") or {}
+            model = dict(row.spec).get("modelName")
+            return Target(ep, model, (meta.get("uid"), meta.get("generation"), ep, model))
 
         found = await asyncio.gather(*(target(r) for r in rows))
         targets = {r.id: t for r, t in zip(rows, found, strict=True)}
-        return {"items": await probe_all(targets, self.settings.probe_timeout_s)}
+        return {"items": await self.prober.probe_all(targets)}
 
     async def get(self, who: Principal, dep_id: str) -> dict[str, Any]:
         """Catalog record refreshed from the live KServe object; the catalog alone if that cannot be read."""
@@ -220,12 +233,9 @@ class DeploymentService:
         if status == row.status and bool(row.stopped) == stopped and spec.get("endpoint") == ep:
             return row
         spec["endpoint"] = ep
-        async with self.db.begin() as conn:
-            await conn.execute(
-                deployments.update()
-                .where(deployments.c.id == row.id, deployments.c.deleted_at.is_(None))
-                .values(status=status, stopped=stopped, spec=spec, updated_at=utcnow())
-            )
+        with contextlib.suppress(StaleRow):  # a concurrent write won; this snapshot is older than it
+            await self._write(row, {"status": status, "stopped": stopped, "spec": spec})
+        async with self.db.connect() as conn:
             fresh = (await conn.execute(sa.select(deployments).where(deployments.c.id == row.id))).first()
         return fresh or row
 
@@ -288,8 +298,10 @@ class DeploymentService:
 
     async def create(self, who: Principal, body: Any) -> dict[str, Any]:
         """Validate, record as pending, then submit the KServe workload."""
-        project = who.require_project()
+        if self.kube is not None:
+            who.require_project()  # the spec: a project-scoped token when Kubernetes is configured
         who.require(WRITE)
+        project = who.require_project()  # without Kubernetes the record still belongs to a project
         if not isinstance(body, dict):
             raise invalid_request("request body must be a JSON object")
         if unknown := set(body) - CREATE_FIELDS:
@@ -368,9 +380,9 @@ class DeploymentService:
                 deployment_id=dep_id, spec=spec, labels=labels, engine=eng._asdict(),
             )
             try:
-                created = await self.kube.create(KINDS[eng.backend_type], _namespace(project), obj)
+                created = await self._submit(KINDS[eng.backend_type], _namespace(project), obj, dep_id)
             except BaseException:
-                # Nothing was created in the cluster: the catalog must not keep the record either.
+                # Nothing of ours is in the cluster: the catalog must not keep the record either.
                 async with self.db.begin() as conn:
                     await conn.execute(deployments.delete().where(deployments.c.id == dep_id))
                 raise
@@ -385,25 +397,96 @@ class DeploymentService:
             row = (await conn.execute(sa.select(deployments).where(deployments.c.id == dep_id))).one()
         return render(row)
 
+    async def _submit(self, kind: Kind, ns: str, obj: dict[str, Any], dep_id: str) -> dict[str, Any]:
+        """Create the workload, recovering the two ways a create can leave the cluster and catalog apart.
+
+        - The call failed without a definite answer (timeout, 5xx) but the apiserver had accepted it: the
+          workload carrying this deployment's id label is adopted instead of orphaned.
+        - The name is taken by a workload we created for a deployment that no longer has a live record
+          (an earlier create that timed out, or a delete that stopped half-way): that orphan is deleted,
+          by its uid, and the create is tried once more. Anything else under the name stays a 409.
+        """
+        kube = self._require_kube()
+        name = obj["metadata"]["name"]
+        try:
+            return await kube.create(kind, ns, obj)
+        except ApiError as err:
+            if err.status >= 500:
+                found = await self._owned_workload(kube, kind, ns, name)
+                if found is not None and workload.deployment_id(found) == dep_id:
+                    log.warning("deployment %s: create answered %s but the workload exists; adopted",
+                                dep_id, err.status)
+                    return found
+                raise
+            if err.status != 409:
+                raise
+            found = await self._owned_workload(kube, kind, ns, name)
+            owner = workload.deployment_id(found) if found is not None else None
+            if found is None or owner is None or await self._is_live(owner):
+                raise
+            log.warning("deployment %s: removing orphaned workload %s/%s of deployment %s", dep_id, ns, name, owner)
+            await kube.delete(kind, ns, name, (found.get("metadata") or {}).get("uid"))
+            return await kube.create(kind, ns, obj)
+
+    @staticmethod
+    async def _owned_workload(kube: KubeBackend, kind: Kind, ns: str, name: str) -> dict[str, Any] | None:
+        """The workload under ``name`` if it is one the control plane manages; ``None`` otherwise or unknown."""
+        try:
+            found = await kube.get(kind, ns, name)
+        except ApiError:
+            return None
+        return found if workload.is_managed(found) else None
+
+    async def _is_live(self, dep_id: str) -> bool:
+        """Whether a deployment record exists and is not marked deleted."""
+        async with self.db.connect() as conn:
+            hit = await conn.scalar(
+                sa.select(deployments.c.id).where(deployments.c.id == dep_id, deployments.c.deleted_at.is_(None))
+            )
+        return hit is not None
+
     # -- update --------------------------------------------------------------------------------------
 
     async def update(self, who: Principal, dep_id: str, body: Any) -> dict[str, Any]:
         """Apply allowed fields; runtime changes go to Kubernetes first and make the status pending."""
-        project = who.require_project()
-        who.require(WRITE)
         if not isinstance(body, dict):
             raise invalid_request("request body must be a JSON object")
+        if self.kube is not None and set(body) & RUNTIME_FIELDS:
+            who.require_project()  # the spec: project scope only when the workload changes
+        who.require(WRITE)
+        project = who.project_id or ""
         if refused := set(body) & PATCH_REFUSED:
             raise invalid_request(
                 f"{', '.join(sorted(refused))} cannot be changed; create a new deployment instead"
             )
         if unknown := set(body) - PATCH_FIELDS:
             raise invalid_request(f"unknown fields: {', '.join(sorted(unknown))}")
-        values: dict[str, Any] = {}
+        base: dict[str, Any] = {}
         if "name" in body:
-            values["name"] = v.display_name(body["name"])
+            base["name"] = v.display_name(body["name"])
         if "description" in body:
-            values["description"] = v.opt_str(body, "description") or ""
+            base["description"] = v.opt_str(body, "description") or ""
+        async with self._write_lock(dep_id):
+            for _ in range(WRITE_ATTEMPTS - 1):
+                try:
+                    return await self._update_once(who, dep_id, body, dict(base), project)
+                except StaleRow:
+                    continue
+                except ApiError as err:
+                    if err.status != 409 or err.error != "conflict":
+                        raise
+                    # Kubernetes' resourceVersion precondition: someone replaced the workload meanwhile.
+                    continue
+            try:
+                return await self._update_once(who, dep_id, body, dict(base), project)
+            except StaleRow as exc:
+                raise conflict(f"deployment {dep_id} changed concurrently; try again") from exc
+
+    async def _update_once(
+        self, who: Principal, dep_id: str, body: dict[str, Any], values: dict[str, Any], project: str
+    ) -> dict[str, Any]:
+        """One read-merge-write round: Kubernetes replace carries the resourceVersion it read, the catalog
+        write the row version it read; a lost race on either raises so the caller merges again."""
         async with self.db.connect() as conn:
             row = await self._get_row(conn, dep_id, who, write=True)
             spec = dict(row.spec)
@@ -436,28 +519,43 @@ class DeploymentService:
                 spec.update(runtime)
                 spec.update({"engineId": eng.id, "engineName": eng.name, "engineConfigName": eng.config_name})
                 spec["endpoint"] = None
+                # The spec: every runtime change reports pending, also for a stopped deployment (whose
+                # workload keeps its stop annotation; the new configuration applies at the next start).
                 values.update(spec=spec, status="pending", stopped=False)
         if runtime_change and self.kube is not None and eng is not None:
             kind = self._kind(row, "invalid_request")
             new_spec = workload.build_spec(row.backend_type, spec, eng._asdict())
 
-            live: dict[str, bool] = {}
-
             def mutate(obj: dict[str, Any]) -> None:
                 obj["spec"] = new_spec
-                live["stop_requested"] = workload.is_stop_requested(obj)
 
-            await self.kube.update(kind, _namespace(project), row.k8s_name, row.backend_uid, mutate)
-            if live.get("stop_requested"):
-                # A stopped deployment stays stopped: the new configuration applies at the next start.
-                values.update(status=row.status, stopped=row.stopped)
+            await self.kube.update(kind, _namespace(row.project_id), row.k8s_name, row.backend_uid, mutate)
         if values:
-            values["updated_at"] = utcnow()
-            async with self.db.begin() as conn:
-                await conn.execute(deployments.update().where(deployments.c.id == dep_id).values(**values))
+            await self._write(row, values)
         async with self.db.connect() as conn:
             fresh = (await conn.execute(sa.select(deployments).where(deployments.c.id == dep_id))).one()
         return render(fresh)
+
+    async def _write(self, row: Any, values: dict[str, Any]) -> None:
+        """Compare-and-set on the row version read with ``row``; :class:`StaleRow` when another write won."""
+        async with self.db.begin() as conn:
+            res = await conn.execute(
+                deployments.update()
+                .where(deployments.c.id == row.id, deployments.c.version == row.version,
+                       deployments.c.deleted_at.is_(None))
+                .values(**values, version=row.version + 1, updated_at=utcnow())
+            )
+        if res.rowcount != 1:
+            raise StaleRow(row.id)
+
+    def _write_lock(self, dep_id: str) -> asyncio.Lock:
+        """Writers of one deployment in this process take turns (the row version covers other replicas)."""
+        lock = self._locks.get(dep_id)
+        if lock is None:
+            if len(self._locks) > 10_000:
+                self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+            lock = self._locks[dep_id] = asyncio.Lock()
+        return lock
 
     @staticmethod
     def _current_config(spec: dict[str, Any]) -> dict[str, Any]:
@@ -482,24 +580,29 @@ class DeploymentService:
         ns = _namespace(project)
 
         def mutate(obj: dict[str, Any]) -> None:
-            obj.setdefault("metadata", {}).setdefault("annotations", {})[STOP_ANNOTATION] = (
-                "true" if stop else "false"
-            )
+            annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+            if stop:
+                annotations[STOP_ANNOTATION] = "true"
+            else:
+                annotations.pop(STOP_ANNOTATION, None)  # the spec: start removes the stop marker
 
-        await kube.update(kind, ns, row.k8s_name, row.backend_uid, mutate)
-        spec = dict(row.spec)
-        if stop:
-            stopped = await self._pods_gone(kube, kind, ns, row.k8s_name)
-            status = "stopped" if stopped else "stopping"
-            if stopped:
-                spec["endpoint"] = None
-        else:
-            stopped, status, spec["endpoint"] = False, "pending", None
-        async with self.db.begin() as conn:
-            await conn.execute(
-                deployments.update().where(deployments.c.id == dep_id)
-                .values(status=status, stopped=stopped, spec=spec, updated_at=utcnow())
-            )
+        async with self._write_lock(dep_id):
+            await kube.update(kind, ns, row.k8s_name, row.backend_uid, mutate)
+            stopped = stop and await self._pods_gone(kube, kind, ns, row.k8s_name)
+            status = ("stopped" if stopped else "stopping") if stop else "pending"
+            for _ in range(WRITE_ATTEMPTS):
+                spec = dict(row.spec)
+                if stopped or not stop:
+                    spec["endpoint"] = None
+                try:
+                    await self._write(row, {"status": status, "stopped": stopped, "spec": spec})
+                    break
+                except StaleRow:
+                    async with self.db.connect() as conn:  # merge onto what the other writer stored
+                        row = await self._get_row(conn, dep_id, who, write=True)
+            else:
+                raise conflict(f"deployment {dep_id} changed concurrently; try again")
+        async with self.db.connect() as conn:
             fresh = (await conn.execute(sa.select(deployments).where(deployments.c.id == dep_id))).one()
         return render(fresh)
 
@@ -571,33 +674,43 @@ class DeploymentService:
         if not self.settings.prometheus_url:
             raise unavailable("monitoring (Prometheus) is not configured")
         kind = self._kind(row, "invalid_backend")
+        ns = _namespace(row.project_id)
+        pod_names = [str(p.metadata.name) for p in await kube.list_pods(kind, ns, row.k8s_name) if p.metadata]
         want_vllm = (runtime or "").lower() == "vllm"
         if want_vllm:
             try:
-                obj = await kube.get(kind, _namespace(row.project_id), row.k8s_name)
-                want_vllm = workload.endpoint(obj) is not None
+                want_vllm = workload.endpoint(await kube.get(kind, ns, row.k8s_name)) is not None
             except ApiError:
                 want_vllm = False
-        return await collect(
-            self.settings.prometheus_url, _namespace(row.project_id), row.k8s_name, range_key, want_vllm
-        )
+        return await collect(self.settings.prometheus_url, ns, pod_names, range_key, want_vllm)
 
     async def delete(self, who: Principal, dep_id: str) -> None:
-        """Workload first, then mark the record deleted. A workload that no longer exists is 404 (the spec's table:
-        "部署或目标 Kubernetes 对象不存在"), and the record is left as it is."""
-        project = who.require_project()
+        """Workload first, then mark the record deleted.
+
+        A workload that no longer exists is still the spec's 404 ("部署或目标 Kubernetes 对象不存在"), but the
+        record is marked deleted as well: deletion converges, the name is free again, and a delete whose
+        catalog write failed after the workload went is finished by the next call.
+        """
+        if self.kube is not None:
+            who.require_project()  # the spec: a project-scoped token only when Kubernetes is configured
         who.require(WRITE)
         async with self.db.connect() as conn:
             row = await self._get_row(conn, dep_id, who, write=True)
+        gone = False
         if self.kube is not None and row.backend_catalog == "k8s" and row.backend_type in KINDS:
             kind = KINDS[row.backend_type]
-            if not await self.kube.delete(kind, _namespace(project), row.k8s_name, row.backend_uid):
-                raise not_found(f"deployment {dep_id}: its {kind.name} {row.k8s_name} does not exist")
+            gone = not await self.kube.delete(kind, _namespace(row.project_id), row.k8s_name, row.backend_uid)
         elif row.backend_catalog == "k8s":
             log.warning("deployment %s: Kubernetes not configured, workload %s kept", dep_id, row.k8s_name)
+        await self._mark_deleted(dep_id)
+        if gone:
+            raise not_found(f"deployment {dep_id}: its {row.backend_type} {row.k8s_name} does not exist; "
+                            "the record is marked deleted")
+
+    async def _mark_deleted(self, dep_id: str) -> None:
         now = utcnow()
         async with self.db.begin() as conn:
             await conn.execute(
                 deployments.update().where(deployments.c.id == dep_id, deployments.c.deleted_at.is_(None))
-                .values(deleted_at=now, updated_at=now)
+                .values(deleted_at=now, updated_at=now, version=deployments.c.version + 1)
             )

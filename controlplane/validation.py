@@ -11,6 +11,8 @@ from typing import Any
 
 from controlplane.errors import invalid_request
 
+NAME_MAX = 255
+QUANTITY_MAX = 64
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 _URI_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
@@ -32,8 +34,8 @@ def display_name(value: Any) -> str:
     """Trimmed, non-empty display name."""
     if not isinstance(value, str) or not value.strip():
         raise invalid_request("name is required and must not be blank")
-    if len(value.strip()) > 255:
-        raise invalid_request("name must be at most 255 characters")
+    if len(value) > NAME_MAX:  # the OpenAPI document's maxLength, on the value as sent
+        raise invalid_request(f"name must be at most {NAME_MAX} characters")
     return value.strip()
 
 
@@ -80,8 +82,8 @@ def resources(value: Any) -> dict[str, str] | None:
     for key, val in value.items():
         if val is None or val == "":
             continue
-        if not isinstance(val, str | int) or isinstance(val, bool):
-            raise invalid_request(f"resources.{key} must be a string quantity")
+        if not isinstance(val, str) or len(val) > QUANTITY_MAX:  # the OpenAPI document: strings, at most 64
+            raise invalid_request(f"resources.{key} must be a string quantity of at most {QUANTITY_MAX} characters")
         if not _QUANTITY.match(str(val)) and not (key == "cpu" and re.match(r"^[0-9]+m$", str(val))):
             raise invalid_request(f"resources.{key} is not a Kubernetes quantity")
         out[key] = str(val)

@@ -150,3 +150,14 @@ def endpoint(obj: dict[str, Any]) -> str | None:
         if item.get("url"):
             return str(item["url"])
     return None
+
+
+def deployment_id(obj: dict[str, Any]) -> str | None:
+    """The deployment a workload was created for (its id label), if any."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(DEPLOYMENT_ID_LABEL)
+
+
+def is_managed(obj: dict[str, Any]) -> bool:
+    """Whether the control plane created this workload (never touch anyone else's)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get("app.kubernetes.io/managed-by") == MANAGED_BY and DEPLOYMENT_ID_LABEL in labels

@@ -348,9 +348,12 @@ class Cluster:
         out = await self.run(self.custom.list_namespaced_custom_object, GROUP, ver, ns, plural)
         return list(out["items"])
 
-    async def create(self, kind: str, ns: str, name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def create(
+        self, kind: str, ns: str, name: str, spec: dict[str, Any] | None = None, labels: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         ver, plural = self.version(kind)
-        body = {"apiVersion": f"{GROUP}/{ver}", "kind": kind, "metadata": {"name": name}, "spec": spec or {}}
+        body = {"apiVersion": f"{GROUP}/{ver}", "kind": kind, "metadata": {"name": name, "labels": labels or {}},
+                "spec": spec or {}}
         return dict(await self.run(self.custom.create_namespaced_custom_object, GROUP, ver, ns, plural, body))
 
     async def delete(self, kind: str, ns: str, name: str) -> None:
@@ -394,6 +397,81 @@ class Cluster:
             yield
         finally:
             subprocess.run([*self.ctl, "start"], check=True)
+
+
+class SwallowingProxy:
+    """A TCP proxy in front of the real apiserver that can lose one answer: once armed, the next connection
+    that sends more than ``threshold`` bytes (TLS handshake included; a request with a large body) still
+    reaches the apiserver, but nothing comes back, so the client times out after the apiserver acted.
+    Later connections pass through untouched."""
+
+    def __init__(self, upstream_port: int, threshold: int = 3000) -> None:
+        self.upstream_port = upstream_port
+        self.threshold = threshold
+        self.armed = False
+        self.swallowed = 0
+        self.server: asyncio.Server | None = None
+        self.port = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = int(self.server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        state = {"sent": 0, "swallow": False}
+        watch = self.armed
+
+        async def client_to_server() -> None:
+            while data := await reader.read(65536):
+                state["sent"] += len(data)
+                if watch and self.armed and state["sent"] > self.threshold:
+                    self.armed, state["swallow"] = False, True
+                    self.swallowed += 1
+                up_writer.write(data)
+                await up_writer.drain()
+
+        async def server_to_client() -> None:
+            while data := await up_reader.read(65536):
+                if not state["swallow"]:
+                    writer.write(data)
+                    await writer.drain()
+
+        try:
+            await asyncio.gather(client_to_server(), server_to_client())
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            for w in (writer, up_writer):
+                w.close()
+            self._tasks.discard(task)
+
+
+def kubeconfig_via(path: str, port: int, out: Path) -> str:
+    """A copy of a kubeconfig whose server is ``127.0.0.1:port`` (the apiserver certificate covers it)."""
+    cfg = yaml.safe_load(Path(path).read_text())
+    for c in cfg["clusters"]:
+        server = c["cluster"]["server"]
+        c["cluster"]["server"] = server.rsplit(":", 1)[0] + f":{port}"
+    out.write_text(yaml.safe_dump(cfg))
+    return str(out)
+
+
+def apiserver_port(kubeconfig: str) -> int:
+    cfg = yaml.safe_load(Path(kubeconfig).read_text())
+    return int(cfg["clusters"][0]["cluster"]["server"].rsplit(":", 1)[1])
 
 
 # -- fixtures -------------------------------------------------------------------------------------------------

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+from dataclasses import replace
 
 import pytest
 
-from tests.controlplane.conftest import SHORT_TOKEN_TTL_S, Api, Cluster, Keystone, Project, vllm
+from tests.controlplane.conftest import (
+    OPENAPI,
+    SHORT_TOKEN_TTL_S,
+    Api,
+    Cluster,
+    Keystone,
+    Project,
+    make_client,
+    settings_for,
+    vllm,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -90,3 +102,30 @@ async def test_a_reader_can_read_but_not_write(api: Api, project: Project) -> No
     await api.call("GET", "/deployments", project.reader, expect=200)
     await api.call("GET", "/deployments/{id}", project.reader, expect=200, id=d["id"])
     await api.call("POST", "/deployments", project.reader, json=vllm(), expect=403)
+
+
+async def test_with_keystone_unreachable_every_endpoint_is_a_clear_503(
+    env: dict[str, str], catalog_db: str, shared_project: Project
+) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v3"
+    tc = await make_client(replace(settings_for(env, catalog_db), keystone_url=dead))
+    try:
+        api = Api(tc)
+        for method, path, body in [("GET", "/deployments", None), ("POST", "/deployments", vllm()),
+                                   ("GET", "/deployments/api-schemas", None), *ENDPOINTS]:
+            status, err = await api.call(method, path, shared_project.member, json=body, id="deployment-x")
+            assert status == 503, (method, path, status, err)
+            assert err["error"] == "unavailable" and "Keystone" in err["message"]
+    finally:
+        await tc.close()
+
+
+async def test_a_method_the_path_does_not_have_is_405_with_a_contract_error_code(api: Api) -> None:
+    async with api.http.put("/api/v1/deployments") as resp:
+        assert resp.status == 405
+        body = await resp.json()
+        assert "GET" in resp.headers["Allow"] and "POST" in resp.headers["Allow"]
+    errors = OPENAPI["components"]["schemas"]["Error"]["properties"]["error"]["enum"]
+    assert body["error"] in errors and "PUT" in body["message"]

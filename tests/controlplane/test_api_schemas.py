@@ -20,6 +20,7 @@ PATH = "/deployments/api-schemas"
 KIND = "LLMInferenceService"
 SEEN = web.AppKey("seen", list)
 DEFAULT = {"schemas": ["OpenAI"], "recommended": "OpenAI", "unreachable": True}
+REACHED_NEITHER = {"schemas": ["OpenAI"], "recommended": "OpenAI"}  # answered: not "unreachable"
 
 
 def _server(openai: bool, cohere: bool, hang: bool = False) -> web.Application:
@@ -93,7 +94,7 @@ async def test_each_visible_deployment_reports_the_protocols_its_workload_answer
         ids["openai"]: {"schemas": ["OpenAI"], "recommended": "OpenAI"},
         ids["cohere"]: {"schemas": ["Cohere"], "recommended": "Cohere"},
         ids["both"]: {"schemas": ["OpenAI", "Cohere"], "recommended": "OpenAI"},
-        ids["neither"]: DEFAULT,
+        ids["neither"]: REACHED_NEITHER,
         ids["hung1"]: DEFAULT,
         ids["hung2"]: DEFAULT,
         ids["not-ready"]: DEFAULT,
@@ -107,6 +108,18 @@ async def test_each_visible_deployment_reports_the_protocols_its_workload_answer
     assert app is not None
     seen = app[SEEN]
     assert seen and seen[-1]["model"] == "cohere-model" and seen[-1]["documents"] == ["ping"]
+    calls = len(seen)
+
+    # Asked again: the answers come from the per-generation cache, no rerank work is sent again ...
+    _, again = await api.call("GET", PATH, project.reader, expect=200)
+    assert again["items"] == body["items"] and len(seen) == calls
+    # ... until the workload's configuration changes (a new generation): then it is asked once more.
+    await api.call("PATCH", "/deployments/{id}", project.member, json={"modelName": "cohere-v2"}, expect=200,
+                   id=ids["cohere"])
+    await _ready(cluster, project.ns, "cohere", str(workloads["cohere"].make_url("")).rstrip("/"))
+    _, third = await api.call("GET", PATH, project.reader, expect=200)
+    assert third["items"][ids["cohere"]] == {"schemas": ["Cohere"], "recommended": "Cohere"}
+    assert len(seen) == calls + 1 and seen[-1]["model"] == "cohere-v2"
 
 
 async def test_api_schemas_without_kubernetes_reports_every_deployment_unreachable(

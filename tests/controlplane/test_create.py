@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 import sqlalchemy as sa
 
 from controlplane.catalog import import_catalog
 from controlplane.db import deployments, make_engine
-from tests.controlplane.conftest import DIGEST, Api, Cluster, Keystone, Project, triton, vllm
+from tests.controlplane.conftest import (
+    DIGEST,
+    Api,
+    Cluster,
+    Keystone,
+    Project,
+    SwallowingProxy,
+    apiserver_port,
+    kubeconfig_via,
+    make_client,
+    settings_for,
+    triton,
+    vllm,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -356,3 +373,71 @@ async def test_create_without_kubernetes_configured_records_a_catalog_only_deplo
     body = await api_nokube.create(project.member, **vllm("catalog-only"))
     assert body["status"] == "pending" and body["backend"]["catalog"] == ""
     assert await cluster.list("LLMInferenceService", project.ns) == []
+
+
+KIND = "LLMInferenceService"
+MANAGED = {"app.kubernetes.io/managed-by": "sr-controlplane"}
+ID_LABEL = "sr-gateway.io/deployment-id"
+
+
+@pytest_asyncio.fixture
+async def lossy(
+    env: dict[str, str], catalog_db: str, tmp_path: Path
+) -> AsyncIterator[tuple[Api, SwallowingProxy]]:
+    """The service reaching the real apiserver through a proxy that can lose one answer."""
+    proxy = SwallowingProxy(apiserver_port(env["SR_TEST_KUBE_CP_KUBECONFIG"]))
+    await proxy.start()
+    kubeconfig = kubeconfig_via(env["SR_TEST_KUBE_CP_KUBECONFIG"], proxy.port, tmp_path / "kubeconfig")
+    tc = await make_client(replace(settings_for(env, catalog_db), kubeconfig=kubeconfig, kube_timeout_s=1.5))
+    yield Api(tc), proxy
+    await tc.close()
+    await proxy.close()
+
+
+async def test_a_create_that_times_out_after_the_apiserver_accepted_it_adopts_the_workload(
+    lossy: tuple[Api, SwallowingProxy], api: Api, project: Project, cluster: Cluster, catalog_db: str
+) -> None:
+    lapi, proxy = lossy
+    proxy.armed = True  # the create request (padded past the threshold) is the one whose answer is lost
+    body = await lapi.create(project.member, **vllm("slowpoke", env=[{"name": "PAD", "value": "x" * 4000}]))
+    assert proxy.swallowed == 1
+    obj = await cluster.get(KIND, project.ns, "slowpoke")
+    assert obj is not None and obj["metadata"]["labels"][ID_LABEL] == body["id"]
+    rows = [r for r in await catalog_rows(catalog_db, project.id) if r.deleted_at is None]
+    assert [(r.id, r.backend_uid) for r in rows] == [(body["id"], obj["metadata"]["uid"])]
+    # Adopted for good: later writes pass the uid precondition.
+    await api.call("PATCH", "/deployments/{id}", project.member, json={"replicas": 2}, expect=200, id=body["id"])
+
+
+async def test_a_workload_orphaned_by_an_earlier_create_is_replaced_by_the_next_create_of_that_name(
+    api: Api, project: Project, cluster: Cluster
+) -> None:
+    orphan = await cluster.create(KIND, project.ns, "leftover", labels={**MANAGED, ID_LABEL: "deployment-gone"})
+    body = await api.create(project.member, **vllm("leftover"))
+    obj = await cluster.get(KIND, project.ns, "leftover")
+    assert obj is not None and obj["metadata"]["uid"] != orphan["metadata"]["uid"]
+    assert obj["metadata"]["labels"][ID_LABEL] == body["id"]
+
+
+async def test_a_workload_of_a_live_deployment_keeps_its_name_taken(
+    api: Api, project: Project, cluster: Cluster, catalog_db: str
+) -> None:
+    alive = await api.create(project.member, **vllm("alive"))
+    squat = await cluster.create(KIND, project.ns, "squat", labels={**MANAGED, ID_LABEL: alive["id"]})
+    _, err = await api.call("POST", "/deployments", project.member, json=vllm("squat"), expect=409)
+    assert err["error"] == "conflict"
+    obj = await cluster.get(KIND, project.ns, "squat")
+    assert obj is not None and obj["metadata"]["uid"] == squat["metadata"]["uid"]
+    assert [r.id for r in await catalog_rows(catalog_db, project.id) if r.deleted_at is None] == [alive["id"]]
+
+
+@pytest.mark.parametrize(("fields", "fragment"), [
+    ({"name": "n" * 256}, "at most 255"),
+    ({"resources": {"cpu": 4}}, "resources.cpu must be a string"),
+    ({"resources": {"memory": "1" * 65}}, "resources.memory must be a string"),
+])
+async def test_create_limits_match_the_openapi_document(
+    api: Api, shared_project: Project, fields: dict[str, Any], fragment: str
+) -> None:
+    _, err = await api.call("POST", "/deployments", shared_project.member, json=vllm(**fields), expect=400)
+    assert err["error"] == "invalid_request" and fragment in err["message"], err

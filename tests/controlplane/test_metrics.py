@@ -28,6 +28,8 @@ HISTORY_S = 3 * 3600 + 1200
 FUTURE_S = 1800
 RATES = {"cpu": 0.5, "rx": 1024.0, "tx": 2048.0, "prompt": 180.5, "gen": 72.3, "reqs": 4.0}
 MEMORY = 8589934592
+CHAT_FACTOR = 10.0
+CHAT: dict[str, dict[str, Any]] = {}  # the metered-chat deployment, filled by the fixture
 
 
 def _free_port() -> int:
@@ -36,8 +38,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def openmetrics(ns: str, pod: str, now: int) -> str:
-    """History with exactly known rates: linear counters, a constant gauge, histograms in one bucket."""
+def openmetrics(ns: str, pods: dict[str, float], now: int) -> str:
+    """History with exactly known rates: linear counters, a constant gauge, histograms in one bucket.
+    Each pod's values are the base rates times its factor."""
     times = list(range(now - HISTORY_S, now + FUTURE_S, INTERVAL))
     ts0 = times[0]
     out: list[str] = []
@@ -49,27 +52,30 @@ def openmetrics(ns: str, pod: str, now: int) -> str:
                 value = per_s if kind == "gauge" else per_s * (t - ts0)
                 out.append(f"{sample}{{{labels}}} {value} {t}")
 
-    sel = f'namespace="{ns}",pod="{pod}"'
-    family("container_cpu_usage_seconds", "counter", [
-        ("container_cpu_usage_seconds_total", f'{sel},container="main"', RATES["cpu"]),
-        ("container_cpu_usage_seconds_total", f'namespace="elsewhere",pod="{pod}",container="main"', 9.0)])
-    family("container_memory_working_set_bytes", "gauge", [
-        ("container_memory_working_set_bytes", f'{sel},container="main"', MEMORY)])
-    family("container_network_receive_bytes", "counter", [
-        ("container_network_receive_bytes_total", f'{sel},interface="eth0"', RATES["rx"])])
-    family("container_network_transmit_bytes", "counter", [
-        ("container_network_transmit_bytes_total", f'{sel},interface="eth0"', RATES["tx"])])
-    n = RATES["reqs"]
+    def each(make: Any) -> list[tuple[str, str, float]]:
+        return [row for pod, k in pods.items() for row in make(f'namespace="{ns}",pod="{pod}"', pod, k)]
+
+    family("container_cpu_usage_seconds", "counter", each(lambda sel, pod, k: [
+        ("container_cpu_usage_seconds_total", f'{sel},container="main"', RATES["cpu"] * k),
+        ("container_cpu_usage_seconds_total", f'namespace="elsewhere",pod="{pod}",container="main"', 9.0)]))
+    family("container_memory_working_set_bytes", "gauge", each(lambda sel, pod, k: [
+        ("container_memory_working_set_bytes", f'{sel},container="main"', MEMORY * k)]))
+    family("container_network_receive_bytes", "counter", each(lambda sel, pod, k: [
+        ("container_network_receive_bytes_total", f'{sel},interface="eth0"', RATES["rx"] * k)]))
+    family("container_network_transmit_bytes", "counter", each(lambda sel, pod, k: [
+        ("container_network_transmit_bytes_total", f'{sel},interface="eth0"', RATES["tx"] * k)]))
     for metric, low, high, avg in (("vllm:time_to_first_token_seconds", "0.1", "0.2", 0.14),
                                    ("vllm:time_per_output_token_seconds", "0.01", "0.03", 0.02)):
-        family(metric, "histogram", [
+        family(metric, "histogram", each(lambda sel, pod, k, metric=metric, low=low, high=high, avg=avg: [
             (f"{metric}_bucket", f'{sel},le="{low}"', 0.0),
-            (f"{metric}_bucket", f'{sel},le="{high}"', n),
-            (f"{metric}_bucket", f'{sel},le="+Inf"', n),
-            (f"{metric}_sum", sel, avg * n),
-            (f"{metric}_count", sel, n)])
-    family("vllm:prompt_tokens", "counter", [("vllm:prompt_tokens_total", sel, RATES["prompt"])])
-    family("vllm:generation_tokens", "counter", [("vllm:generation_tokens_total", sel, RATES["gen"])])
+            (f"{metric}_bucket", f'{sel},le="{high}"', RATES["reqs"] * k),
+            (f"{metric}_bucket", f'{sel},le="+Inf"', RATES["reqs"] * k),
+            (f"{metric}_sum", sel, avg * RATES["reqs"] * k),
+            (f"{metric}_count", sel, RATES["reqs"] * k)]))
+    family("vllm:prompt_tokens", "counter", each(lambda sel, pod, k: [
+        ("vllm:prompt_tokens_total", sel, RATES["prompt"] * k)]))
+    family("vllm:generation_tokens", "counter", each(lambda sel, pod, k: [
+        ("vllm:generation_tokens_total", sel, RATES["gen"] * k)]))
     return "\n".join(out) + "\n# EOF\n"
 
 
@@ -77,20 +83,25 @@ def openmetrics(ns: str, pod: str, now: int) -> str:
 async def metered(
     env: dict[str, str], catalog_db: str, keystone: Keystone, cluster: Cluster, tmp_path_factory: Any
 ) -> AsyncIterator[tuple[Api, Project, dict[str, Any], dict[str, Any]]]:
-    """A project with two deployments, Prometheus holding 3 h of history for one of them, and the
-    control plane configured with that Prometheus."""
+    """A project with three deployments, Prometheus holding 3 h of history for the pods of two of them
+    (``metered`` and ``metered-chat``, whose pod names share the prefix ``metered-``; its pods run ten times
+    the load), and the control plane configured with that Prometheus."""
     project = await keystone.project()
     await cluster.provision(project.ns)
     tc0 = await make_client(settings_for(env, catalog_db))
     plain = Api(tc0)
     served = await plain.create(project.member, **vllm("metered"))
     quiet = await plain.create(project.member, **vllm("quiet"))
+    chat = await plain.create(project.member, **vllm("metered-chat"))
     await tc0.close()
+    pod = await cluster.add_pod(KIND, project.ns, "metered")
+    chat_pod = await cluster.add_pod(KIND, project.ns, "metered-chat")
+    CHAT[chat["id"]] = chat
     await cluster.set_status(KIND, project.ns, "metered", {
         "conditions": [{"type": "Ready", "status": "True"}], "addresses": [{"url": "http://metered.svc"}]})
 
     d: Path = tmp_path_factory.mktemp("prometheus")
-    (d / "data.om").write_text(openmetrics(project.ns, "metered-kserve-0", int(time.time())))
+    (d / "data.om").write_text(openmetrics(project.ns, {pod: 1.0, chat_pod: CHAT_FACTOR}, int(time.time())))
     (d / "prometheus.yml").write_text("global:\n  scrape_interval: 1m\n")
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(d / "data.om"), str(d / "data")],
                    check=True, capture_output=True)
@@ -139,6 +150,18 @@ async def test_resource_series_have_the_exact_values_and_about_60_points_with_a_
         assert abs(len(series) - (seconds // step + 1)) <= 1, (key, len(series))
         assert all(b[0] - a[0] == step for a, b in pairwise(series))
         assert all(v == pytest.approx(expected, rel=1e-9) for _, v in series), key
+
+
+async def test_two_deployments_whose_pod_names_share_a_prefix_each_get_only_their_own_pods_series(
+    metered: tuple[Api, Project, dict[str, Any], dict[str, Any]]
+) -> None:
+    api, project, served, _ = metered
+    (chat,) = CHAT.values()
+    for dep, factor in ((served, 1.0), (chat, CHAT_FACTOR)):
+        _, body = await api.call("GET", METRICS + "?range=15m", project.reader, expect=200, id=dep["id"])
+        for key, base in (("cpu", RATES["cpu"]), ("memory", MEMORY), ("netRx", RATES["rx"]), ("netTx", RATES["tx"])):
+            assert body[key] and all(v == pytest.approx(base * factor, rel=1e-9) for _, v in body[key]), (
+                dep["name"], key, body[key][:2])
 
 
 async def test_runtime_vllm_adds_latency_and_throughput_when_the_service_exists(

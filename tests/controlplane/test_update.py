@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -174,6 +175,9 @@ async def test_update_auth_errors_and_catalog_failure(
     _, err = await api.call("PATCH", PATH, None, json={"replicas": 2}, expect=401, id=d["id"])
     _, err = await api.call("PATCH", PATH, project.unscoped, json={"replicas": 2}, expect=401, id=d["id"])
     assert "project-scoped" in err["message"]
+    # Renaming touches no workload: the spec asks for no project scope, only the write permission.
+    _, err = await api.call("PATCH", PATH, project.unscoped, json={"name": "n"}, expect=403, id=d["id"])
+    assert err["error"] == "forbidden"
     _, err = await api.call("PATCH", PATH, project.reader, json={"name": "n"}, expect=403, id=d["id"])
     _, err = await api.call("PATCH", PATH, project.member, json={"name": "n"}, expect=404, id="deployment-x")
     _, err = await api_broken.call("PATCH", PATH, project.member, json={"name": "n"}, expect=500, id=d["id"])
@@ -202,3 +206,33 @@ async def test_updates_kubernetes_rejects_are_422_and_change_nothing(
     assert before and after and after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     _, body = await api.call("GET", PATH, project.member, expect=200, id=d["id"])
     assert (body["status"], body["spec"]["replicas"]) == ("pending", 1)
+
+
+async def test_concurrent_patches_through_two_replicas_lose_no_update_and_leave_catalog_and_cluster_in_step(
+    api: Api, api_short_ttl: Api, project: Project, cluster: Cluster
+) -> None:
+    """Two app instances on one catalog play two replicas; every PATCH changes a different field."""
+    d = await api.create(project.member, **vllm("racy"))
+    changes: list[dict[str, Any]] = [
+        {"replicas": 3}, {"image": "vllm:2"}, {"modelName": "racy-model"}, {"args": ["--max-model-len", "4096"]},
+        {"env": [{"name": "X", "value": "1"}]}, {"command": ["vllm", "serve"]},
+    ]
+    replicas = [api, api_short_ttl]
+    results = await asyncio.gather(*(
+        replicas[i % 2].call("PATCH", PATH, project.member, json=c, id=d["id"]) for i, c in enumerate(changes)
+    ))
+    assert [status for status, _ in results] == [200] * len(changes), results
+    _, listing = await api.call("GET", "/deployments", project.member, expect=200)
+    spec = next(x for x in listing["items"] if x["id"] == d["id"])["spec"]
+    for change in changes:  # every acknowledged change is in the catalog ...
+        for key, value in change.items():
+            assert spec[key] == value, (key, spec)
+    obj = await cluster.get("LLMInferenceService", project.ns, "racy")
+    assert obj is not None
+    live = obj["spec"]
+    container = live["template"]["containers"][0]
+    # ... and in the workload: the cluster holds exactly what the catalog says
+    assert live["replicas"] == spec["replicas"] and live["model"]["name"] == spec["modelName"]
+    assert (container["image"], container["args"], container["command"]) == (
+        spec["image"], spec["args"], spec["command"])
+    assert {"name": "X", "value": "1"} in container["env"]

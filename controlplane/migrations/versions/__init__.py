@@ -1,0 +1,1 @@
+"""Revisions, oldest first: 0001 reproduces the schema the pre-Alembic migrator created."""
