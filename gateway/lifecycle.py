@@ -1,9 +1,21 @@
-"""Start-up and shutdown: Triton up, models loaded, golden answers checked; SIGTERM drains, then stops Triton."""
+"""Start-up, self-healing and shutdown: Triton up, models loaded, golden answers checked; SIGTERM drains, then
+stops Triton.
+
+Child mode: a tritonserver that exits is restarted with backoff (at most --triton-restart-limit times per window,
+then every model is failed with the reason), and its models go through loading → warming → ready again.
+External mode (--triton-url): nothing is restarted; Triton's liveness is tracked and the models are brought back
+when it returns. In both modes a model whose instance died (a Python-backend stub missing from the process tree, or
+named dead by Triton in an error) is degraded and reloaded through Triton's repository API.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
+from collections import deque
+from typing import Any
 
 from .readiness import check_golden, prepare_heads
 from .runtime import Runtime, ServedModel
@@ -12,62 +24,206 @@ from .triton import Triton, TritonFailure
 
 log = logging.getLogger("sr_gateway.lifecycle")
 
+BACKOFF_CAP_SECONDS = 60.0
+
+
+def expected_instances(config: dict[str, Any]) -> int:
+    """Instances Triton runs for a model config (the sum of its instance groups; Triton's default is one)."""
+    groups = config.get("instance_group") or [{}]
+    return sum(int(g.get("count", 1) or 1) for g in groups)
+
 
 class Lifecycle:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.process: TritonProcess | None = None
         self.task: asyncio.Task[None] | None = None
-
-    def _triton_exited(self, code: int) -> None:
-        self.runtime.fail_all(f"tritonserver exited with code {code}")
+        self._bringing: dict[str, asyncio.Task[None]] = {}
+        self._lost: dict[str, set[str]] = {}  # Triton model → instances Triton reported dead
+        self._wake = asyncio.Event()
+        self._watch: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def start(self) -> None:
         """Runs in the background so /health/live answers while models load."""
-        self.task = asyncio.create_task(self._start())
+        runner = self._track_external if self.runtime.settings.triton_url else self._supervise_child
+        self.task = asyncio.create_task(runner())
 
-    async def _start(self) -> None:
+    # -- Triton connection ------------------------------------------------------------------------------------
+    def _connect(self, url: str) -> Triton:
+        old = self.runtime.triton
+        self.runtime.triton = Triton(url, on_instance_lost=self._instance_lost)
+        if old is not None:
+            asyncio.create_task(old.close())  # noqa: RUF006 - in-flight calls on it fail as unavailable
+        return self.runtime.triton
+
+    def _instance_lost(self, model: str, instance: str) -> None:
+        self._lost.setdefault(model, set()).add(instance)
+        self._wake.set()
+
+    def _set_live(self, live: bool) -> None:
+        self.runtime.triton_health["live"] = live
+        self.runtime.metrics.triton_up.set(1 if live else 0)
+
+    def _all_back_to(self, status: str, reason: str) -> None:
+        """Every model waits for Triton again (requests get 503 not_ready with Retry-After meanwhile)."""
+        self._cancel_bring_up()
+        for model in self.runtime.models.values():
+            self.runtime.set_status(model, status, reason)
+
+    def _cancel_bring_up(self) -> None:
+        for task in self._bringing.values():
+            task.cancel()
+        self._bringing.clear()
+        self._lost.clear()
+
+    def _bring_up_all(self) -> None:
+        for model in self.runtime.models.values():
+            self._bring_up_later(model)
+
+    def _bring_up_later(self, model: ServedModel, *, reload: bool = False) -> None:
+        if model.id not in self._bringing or self._bringing[model.id].done():
+            self._bringing[model.id] = asyncio.create_task(self._bring_up(model, reload=reload))
+
+    # -- child mode -------------------------------------------------------------------------------------------
+    async def _supervise_child(self) -> None:
         settings = self.runtime.settings
-        url = settings.triton_url
-        try:
-            if not url:
-                self.process = TritonProcess(settings.model_repository, grpc_port=settings.triton_grpc_port,
-                                             threads=settings.threads, on_exit=self._triton_exited)
+        recent: deque[float] = deque()
+        while not self._stopping:
+            self.process = TritonProcess(settings.model_repository, grpc_port=settings.triton_grpc_port,
+                                         threads=settings.threads)
+            try:
                 await self.process.start()
-                url = self.process.url
-            self.runtime.triton = Triton(url)
-            await self.runtime.triton.wait_live(settings.triton_startup_seconds)
-        except (TritonFailure, OSError, RuntimeError) as exc:
-            log.error("Triton did not start: %s", exc)
-            self.runtime.fail_all(f"Triton did not start: {exc}")
-            return
-        await asyncio.gather(*(self._bring_up(m) for m in self.runtime.models.values()))
+                triton = self._connect(self.process.url)
+                await triton.wait_live(settings.triton_startup_seconds)
+            except (TritonFailure, OSError, RuntimeError) as exc:
+                log.error("Triton did not start: %s", exc)
+                await self.process.stop(5.0)
+                reason = f"Triton did not start: {exc}"
+                if not recent:  # never came up at all: nothing to heal
+                    self.runtime.fail_all(reason)
+                    return
+            else:
+                self._set_live(True)
+                self._bring_up_all()
+                self._watch = asyncio.create_task(self._watch_models())
+                assert self.process.exited is not None
+                code = await self.process.exited
+                self._watch.cancel()
+                self._set_live(False)
+                if self._stopping:
+                    return
+                reason = f"tritonserver exited with code {code}"
+                self.runtime.triton_health["last_exit"] = reason
+                self.runtime.metrics.triton_exited(reason)
+                log.error("%s", reason)
+            now = time.monotonic()
+            recent.append(now)
+            while recent and recent[0] < now - settings.triton_restart_window_seconds:
+                recent.popleft()
+            if len(recent) > settings.triton_restart_limit:
+                self._cancel_bring_up()
+                self.runtime.fail_all(f"{reason}; not restarted again: {settings.triton_restart_limit} restarts "
+                                      f"within {settings.triton_restart_window_seconds:g} s")
+                return
+            delay = min(settings.triton_restart_backoff_seconds * 2 ** (len(recent) - 1), BACKOFF_CAP_SECONDS)
+            self._all_back_to("loading", f"{reason}; restarting it in {delay:.1f} s")
+            await asyncio.sleep(delay)
+            self.runtime.triton_health["restarts"] += 1
+            self.runtime.metrics.triton_restarts.inc()
 
-    async def _bring_up(self, model: ServedModel) -> None:
+    # -- external mode ----------------------------------------------------------------------------------------
+    async def _track_external(self) -> None:
+        """Never restarts anything: follows Triton's liveness, answers 503 while it is away, recovers after."""
+        settings = self.runtime.settings
+        triton = self._connect(settings.triton_url)
+        up: bool | None = None
+        while not self._stopping:
+            live = await triton.is_live()
+            if live and not up:
+                self._set_live(True)
+                self._bring_up_all()
+                self._watch = asyncio.create_task(self._watch_models())
+            elif not live and up is not False:
+                self._set_live(False)
+                if self._watch is not None:
+                    self._watch.cancel()
+                self._all_back_to("loading", f"Triton at {settings.triton_url} is not live; waiting for it")
+            up = live
+            await asyncio.sleep(settings.triton_check_seconds)
+
+    # -- model health -----------------------------------------------------------------------------------------
+    async def _watch_models(self) -> None:
+        """Ready models must stay loaded with all their instances; the others are brought up again."""
+        interval = self.runtime.settings.triton_check_seconds
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval)
+            self._wake.clear()
+            triton = self.runtime.triton
+            assert triton is not None
+            running = self.process.instances() if self.process is not None else None
+            for model in list(self.runtime.models.values()):
+                if model.status != "ready" or self._busy(model):
+                    continue
+                name = model.card.triton_name
+                expected = int(model.engine_args.get("instances", 1))
+                lost = sorted(self._lost.pop(name, set()))
+                alive = running.get(name, []) if running is not None else None
+                if lost or (alive is not None and len(alive) < expected):
+                    have = len(alive) if alive is not None else max(expected - len(lost), 0)
+                    named = f" (Triton reported {', '.join(lost)} dead)" if lost else ""
+                    why = f"{have} of {expected} Triton instances running{named}; reloading it"
+                    log.warning("model %s: %s", model.id, why)
+                    self.runtime.set_status(model, "degraded", why)
+                    self.runtime.metrics.child(self.runtime.metrics.model_reloads, model.id, "instance_lost").inc()
+                    self._bring_up_later(model, reload=True)
+                elif not await triton.is_ready(name):
+                    log.warning("model %s is no longer ready in Triton; loading it again", model.id)
+                    self.runtime.set_status(model, "loading", "Triton no longer has the model loaded; loading it")
+                    self.runtime.metrics.child(self.runtime.metrics.model_reloads, model.id, "not_ready").inc()
+                    self._bring_up_later(model)
+
+    def _busy(self, model: ServedModel) -> bool:
+        task = self._bringing.get(model.id)
+        return task is not None and not task.done()
+
+    async def _bring_up(self, model: ServedModel, *, reload: bool = False) -> None:
         runtime = self.runtime
-        assert runtime.triton is not None
+        triton = runtime.triton
+        assert triton is not None
         try:
-            runtime.set_status(model, "loading")
-            model.load_tokenizer()
-            await runtime.triton.load(model.card.triton_name)
-            config = await runtime.triton.model_config(model.card.triton_name)
+            if not reload:
+                runtime.set_status(model, "loading")
+                model.load_tokenizer()
+                await triton.load(model.card.triton_name)
+            else:
+                await triton.reload(model.card.triton_name)
+            config = await triton.model_config(model.card.triton_name)
             model.output = next(o["name"] for o in config.get("output", []) if o["name"] != "TIMING")
             model.engine_args = {
                 "triton_model": model.card.triton_name, "backend": config.get("backend"),
                 "max_batch_size": config.get("max_batch_size"),
                 "dynamic_batching": config.get("dynamic_batching", {}),
                 "instance_group": config.get("instance_group", []),
+                "instances": expected_instances(config),
             }
-            runtime.set_status(model, "warming")
-            await asyncio.to_thread(lambda: model.text_encoder().facts)  # probe the tokenizer's cut rules once
+            runtime.set_status(model, "warming", model.reason if reload else None)
+            # probe the tokenizer's cut rules once (models that read no text have no tokenizer)
+            await asyncio.to_thread(lambda: model.text_encoder().facts if model.tokenizer is not None else None)
             await prepare_heads(runtime, model)
             await check_golden(runtime, model)
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:  # any failure is this model's reason, the process keeps serving
+            if not runtime.triton_health["live"]:
+                return  # Triton went away meanwhile; the supervisor owns the statuses now
             log.error("model %s failed: %s", model.id, exc)
             if model.status == "warming":  # it got as far as its golden check
                 model.golden = {**model.golden, "status": "failed"}
             runtime.set_status(model, "failed", f"{type(exc).__name__}: {exc}")
             return
+        self._lost.pop(model.card.triton_name, None)  # errors from the replaced instances are old news
         runtime.set_status(model, "ready")
         labels = (model.id, model.card.revision or "", model.card.family, "triton/onnxruntime", "cpu",
                   model.card.numerics)
@@ -75,9 +231,15 @@ class Lifecycle:
         log.info("model %s is ready", model.id)
 
     async def stop(self) -> None:
+        self._stopping = True
         self.runtime.draining = True
+        self._cancel_bring_up()
+        if self._watch is not None:
+            self._watch.cancel()
         if self.task is not None and not self.task.done():
             self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
         if self.runtime.triton is not None:
             await self.runtime.triton.close()
         if self.process is not None:

@@ -37,6 +37,14 @@ class Metrics:
         self.model_ready = Gauge("sr_gateway_model_ready", "1 when the model is ready", ["model"], registry=r)
         self.model_info = Gauge("sr_gateway_model_info", "Served model identity (value 1)",
                                 ["model", "revision", "family", "engine", "device", "numerics"], registry=r)
+        self.triton_restarts = Counter("sr_gateway_triton_restarts_total",
+                                       "Restarts of the child tritonserver after it exited", registry=r)
+        self.triton_last_exit = Gauge("sr_gateway_triton_last_exit_info",
+                                      "Why tritonserver last exited (value 1; one series)", ["reason"], registry=r)
+        self.triton_up = Gauge("sr_gateway_triton_up", "1 while Triton answers its liveness check", registry=r)
+        self.model_reloads = Counter("sr_gateway_model_reloads_total",
+                                     "Models reloaded through Triton's repository API", ["model", "reason"],
+                                     registry=r)
 
         self._children: dict[tuple[object, ...], Any] = {}
 
@@ -54,6 +62,10 @@ class Metrics:
             self.child(self.request_seconds, endpoint).observe(timing.total_ms / 1000.0)
         for phase in PHASES:
             self.child(self.phase_seconds, endpoint, phase).observe(timing.ms[phase] / 1000.0)
+
+    def triton_exited(self, reason: str) -> None:
+        self.triton_last_exit.clear()
+        self.triton_last_exit.labels(reason).set(1)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

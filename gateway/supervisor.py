@@ -2,11 +2,16 @@
 
 The wheel ships the server, the Python backend and one backend stub per Python version; Triton wants them in one
 backend directory, so we assemble that directory outside site-packages (cached, keyed by wheel and Python version).
+
+No orphans: tritonserver leads its own process group, which its Python-backend stubs inherit, and gets SIGTERM when
+the gateway dies (PR_SET_PDEATHSIG). When tritonserver exits, whatever is left of its group is killed and the
+shared-memory regions it named (a per-gateway prefix) are removed, so a restarted Triton starts clean.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ctypes
 import hashlib
@@ -23,6 +28,8 @@ from pathlib import Path
 log = logging.getLogger("sr_gateway.triton")
 
 PR_SET_PDEATHSIG = 1
+SHM = Path("/dev/shm")
+STUB = "triton_python_backend_stub"
 
 
 def _pytriton_root() -> Path:
@@ -83,6 +90,52 @@ def _die_with_parent() -> None:
     os.setsid()
 
 
+def _shm_prefix(pid: int, port: int) -> str:
+    return f"srgw-{pid}-{port}-"
+
+
+def remove_stale_shm() -> list[str]:
+    """Regions named by an earlier gateway that no longer exists (killed before it could clean up)."""
+    removed = []
+    for path in SHM.glob("srgw-*-*-*"):
+        owner = path.name.split("-")[1]
+        if owner.isdigit() and not Path("/proc", owner).exists():
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path.name)
+    return removed
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def stub_instances(pgid: int) -> dict[str, list[str]]:
+    """Triton model name → live Python-backend instances (stub argv: model.py path … instance name …)."""
+    found: dict[str, list[str]] = collections.defaultdict(list)
+    for pid in group_members(pgid):
+        try:
+            argv = Path("/proc", str(pid), "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 8 and argv[0].endswith(STUB.encode()):
+            model = Path(argv[1].decode()).parent.parent.name
+            found[model].append(argv[8].decode())
+    return dict(found)
+
+
 class TritonProcess:
     def __init__(self, repository: Path, *, grpc_port: int = 0, threads: int = 0,
                  on_exit: Callable[[int], None] | None = None) -> None:
@@ -93,17 +146,26 @@ class TritonProcess:
         self.proc: asyncio.subprocess.Process | None = None
         self._watch: asyncio.Task[None] | None = None
         self._stopping = False
+        self.shm_prefix = _shm_prefix(os.getpid(), self.grpc_port)
+        self.exited: asyncio.Future[int] | None = None
 
     @property
     def url(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
+    @property
+    def pgid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None  # setsid(): the leader's pid is the group id
+
     async def start(self) -> None:
         binary = _pytriton_root() / "bin" / "tritonserver"
+        remove_stale_shm()
+        self.cleanup_shm()
         args = [
             str(binary),
             f"--model-repository={self.repository}",
             f"--backend-directory={backend_directory()}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
             "--allow-http=false", "--allow-metrics=false",
             "--model-control-mode=explicit",
@@ -112,6 +174,8 @@ class TritonProcess:
             "--pinned-memory-pool-byte-size=0",  # CPU-only: no CUDA pinned pool to allocate
         ]
         log.info("starting tritonserver on %s", self.url)
+        self._stopping = False
+        self.exited = asyncio.get_running_loop().create_future()
         self.proc = await asyncio.create_subprocess_exec(
             *args, env=child_environment(self.threads), stdin=asyncio.subprocess.DEVNULL,
             preexec_fn=_die_with_parent,
@@ -119,17 +183,43 @@ class TritonProcess:
         self._watch = asyncio.create_task(self._wait())
 
     async def _wait(self) -> None:
-        assert self.proc is not None
+        assert self.proc is not None and self.exited is not None
         code = await self.proc.wait()
+        self.reap()
+        if not self.exited.done():
+            self.exited.set_result(code)
         if not self._stopping:
             log.error("tritonserver exited unexpectedly with code %s", code)
             if self.on_exit is not None:
                 self.on_exit(code)
 
+    def reap(self) -> None:
+        """Kill what is left of tritonserver's group (its stubs) and remove its shared-memory regions."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.cleanup_shm()
+
+    def cleanup_shm(self) -> list[str]:
+        removed = []
+        for path in SHM.glob(self.shm_prefix + "*"):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path.name)
+        if removed:
+            log.info("removed %d leftover shared-memory regions of tritonserver", len(removed))
+        return removed
+
+    def instances(self) -> dict[str, list[str]]:
+        proc = self.proc
+        return stub_instances(proc.pid) if proc is not None and proc.returncode is None else {}
+
     async def stop(self, timeout: float = 30.0) -> None:
         self._stopping = True
         proc = self.proc
         if proc is None or proc.returncode is not None:
+            if self._watch is not None:
+                await self._watch
             return
         try:
             os.killpg(proc.pid, signal.SIGTERM)

@@ -8,7 +8,10 @@ gateway can report queue and forward time from what actually happened in Triton.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 _TIMING = InferRequestedOutput("TIMING")
 _OUTPUTS: dict[str, list[InferRequestedOutput]] = {}  # per output name; built once, not per call
+_LOST_INSTANCE = re.compile(r"Stub process '([^']+)' is not healthy")  # a Python-backend instance died
 
 
 @dataclass(frozen=True)
@@ -57,9 +61,27 @@ def _failure(exc: InferenceServerException) -> TritonFailure:
 
 
 class Triton:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, on_instance_lost: Callable[[str, str], None] | None = None) -> None:
         self.url = url
         self._client = grpcclient.InferenceServerClient(url)
+        self.on_instance_lost = on_instance_lost  # (model, instance): Triton named a dead instance in an error
+
+    async def is_live(self) -> bool:
+        try:
+            return bool(await self._client.is_server_live(client_timeout=2.0))
+        except InferenceServerException:
+            return False
+
+    async def reload(self, model: str) -> None:
+        """Repository API (explicit model control). A load of a loaded, unchanged model is a no-op, dead instance
+        included, so the load carries the model's own config with a new `sr_gateway_generation` parameter: Triton
+        then builds every instance afresh and swaps them in."""
+        try:
+            config = (await self._client.get_model_config(model, as_json=True)).get("config", {})
+            config.setdefault("parameters", {})["sr_gateway_generation"] = {"string_value": str(time.time_ns())}
+            await self._client.load_model(model, config=json.dumps(config))
+        except InferenceServerException as exc:
+            raise _failure(exc) from exc
 
     async def close(self) -> None:
         await self._client.close()
@@ -87,7 +109,7 @@ class Triton:
 
     async def is_ready(self, model: str) -> bool:
         try:
-            return bool(await self._client.is_model_ready(model))
+            return bool(await self._client.is_model_ready(model, client_timeout=2.0))
         except InferenceServerException:
             return False
 
@@ -116,7 +138,11 @@ class Triton:
                                               timeout=timeout_us,
                                               client_timeout=None if timeout_us is None else timeout_us / 1e6)
         except InferenceServerException as exc:
-            raise _failure(exc) from exc
+            failure = _failure(exc)
+            lost = _LOST_INSTANCE.search(str(failure))
+            if lost and self.on_instance_lost is not None:
+                self.on_instance_lost(model, lost.group(1))
+            raise failure from exc
         values = result.as_numpy(output)
         timing = result.as_numpy("TIMING")
         if values is None or timing is None:
@@ -124,3 +150,4 @@ class Triton:
         t = timing.reshape(-1)
         execution = Execution(int(t[0]), int(t[1]), int(t[2]), int(t[3]))
         return Result(values[0], execution, submitted, time.time_ns())
+

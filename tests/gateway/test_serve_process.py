@@ -112,11 +112,12 @@ def test_sigterm_drains_in_flight_requests_then_stops_triton(served: tuple[str, 
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
 
 
-def test_when_triton_dies_every_model_fails_with_the_reason_and_http_keeps_answering(
+def test_when_triton_dies_with_no_restarts_left_every_model_fails_with_the_reason_and_http_keeps_answering(
         tmp_path: Path) -> None:
     copy_model(tmp_path, "solo")
     port = free_port()
-    proc = start(["serve", "--port", str(port), "--model-repository", str(tmp_path)], "serve-triton-dies.log")
+    proc = start(["serve", "--port", str(port), "--model-repository", str(tmp_path)], "serve-triton-dies.log",
+                 env={"SR_GATEWAY_TRITON_RESTART_LIMIT": "0"})  # restarts: tests/gateway/test_self_healing.py
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: httpx.get(url + "/health", timeout=2).status_code == 200, 180, "gateway", proc)
