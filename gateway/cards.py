@@ -82,15 +82,8 @@ class DecisionSpec(_Strict):
     description: str | None = None
 
 
-class ImageSpec(_Strict):
-    """How an image model reads pictures: its preprocessing (gateway/images/preprocess.py) and Triton tensors."""
-
-    preprocess: Literal["efficientnet-lite", "ppocr"]
-    tokens: int = Field(default=1, ge=0)  # usage tokens one image use counts where it stands
-
-
 class Golden(_Strict):
-    surface: Surface | Literal["ocr"]
+    surface: Surface
     tolerance: float = Field(default=1e-3, gt=0)
     request: dict[str, Any]
     expected: dict[str, Any]
@@ -119,11 +112,6 @@ class Card(BaseModel):
     rerank: RerankSpec | None = None
     decisions: DecisionSpec | None = None
     golden: Golden | None = None
-    modalities: list[Literal["text", "image", "audio", "video"]] = ["text"]
-    image_max_pixels: int | None = Field(default=None, ge=65_536, le=16_000_000)  # read at most this many (scaled)
-    image_placements: list[Literal["state", "instructions", "criteria"]] = []
-    question_types: list[str] = []
-    image: ImageSpec | None = None
     build: dict[str, Any] | None = None
     artifacts: dict[str, dict[str, str]] | None = None
     triton_model: str | None = None  # defaults to the directory name
@@ -164,8 +152,6 @@ def load_card(path: Path) -> Card:
         raise CardError(f"{path}: serves classify but declares no `heads`")
     if "decisions" in card.surfaces and card.decisions is None:
         raise CardError(f"{path}: serves decisions but has no `decisions` section")
-    if "image" in card.modalities and (card.image is None or card.image_max_pixels is None):
-        raise CardError(f"{path}: has the image modality but no `image` section or `image_max_pixels`")
     if "rerank" in card.surfaces and card.rerank is None:
         raise CardError(f"{path}: serves rerank but has no `rerank` section")
     for head in card.heads or []:

@@ -17,6 +17,9 @@ OPENAPI_BYTES = OPENAPI_PATH.read_bytes()
 API_VERSION: str = yaml.safe_load(OPENAPI_BYTES)["info"]["version"]
 
 
+_DECISION_LIMITS = ("truncate_tokens", "validated_input_tokens", "max_request_tokens")  # shown where declared
+
+
 def model_card(model: ServedModel) -> dict[str, Any]:
     card = model.card
     out: dict[str, Any] = {
@@ -29,7 +32,7 @@ def model_card(model: ServedModel) -> dict[str, Any]:
     out.update({
         "repo": card.repo, "revision": card.revision, "model_sha256": card.model_sha256,
         "question_types": list(card.decisions.question_types) if card.decisions else [],
-        "limits": card.limits.model_dump(), "licence": card.licence,
+        "limits": card.limits.model_dump(exclude={k for k in _DECISION_LIMITS if getattr(card.limits, k) is None}), "licence": card.licence,
         "attribution": card.attribution, "engine": ENGINE, "engine_args": model.engine_args,
         "accelerator": DEVICE, "device": DEVICE, "dtype": card.dtype, "numerics": card.numerics,
         "tokenizer": card.tokenizer,
@@ -70,7 +73,6 @@ def health_body(runtime: Runtime) -> tuple[int, dict[str, Any]]:
                             "model": next(iter(runtime.models)) if single else None}
     if not single:
         body["models"] = {m.id: {"status": m.status, "reason": m.reason} for m in runtime.models.values()}
-    body["triton"] = dict(runtime.triton_health)
     return (200 if status == "ready" else 503), body
 
 

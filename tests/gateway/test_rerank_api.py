@@ -235,7 +235,7 @@ def test_cross_encoder_logits_equal_onnx_runtime_on_the_same_pair_encoding(
         cross_http: httpx.Client, reference: tuple[TextEncoder, ort.InferenceSession]) -> None:
     encoder, session = reference
     request = {"model": CROSS, "query": QUERY, "documents": DOCS, "return_documents": True}
-    body = post(cross_http, request, model=None).json()
+    body = post(cross_http, request, model=CROSS).json()
     results = body["results"]
     assert body["model"] == CROSS and sorted(x["index"] for x in results) == list(range(len(DOCS)))
     assert_sorted(results)
@@ -262,7 +262,7 @@ def test_cross_encoder_truncation_keeps_the_query_whole_and_cuts_the_document(
     q_ids = encoder.encode(query, max_tokens=256).ids[1:-1]
     doc = "word " * 100
     options = {"overflow": "truncate", "max_tokens": 48}
-    x = post(cross_http, {"query": query, "documents": [doc], "options": options}, model=None).json()["results"][0]
+    x = post(cross_http, {"query": query, "documents": [doc], "options": options}, model=CROSS).json()["results"][0]
     room = 48 - 3 - len(q_ids)
     assert 0 < room < len(q_ids)
     ids = [101, *q_ids, 102, *[2773] * room, 102]  # 2773 = "word"
@@ -274,9 +274,9 @@ def test_cross_encoder_truncation_keeps_the_query_whole_and_cuts_the_document(
 def test_cross_encoder_budget_is_per_pair_under_reject(cross_http: httpx.Client) -> None:
     options = {"max_tokens": 12}  # "q" takes 1 token: [CLS] q [SEP] ... [SEP] leaves 8 for a document
     request = {"query": "q", "documents": ["word " * 8, "word " * 9, ""], "options": options}
-    body = post(cross_http, request, model=None).json()
+    body = post(cross_http, request, model=CROSS).json()
     assert [(x["index"], x.get("error")) for x in body["results"]] == [
         (0, None), (1, "max_length_exceeded"), (2, "invalid_input")]
     assert body["results"][0]["input"]["tokens"] == 12
-    full = post(cross_http, {"query": "word " * 9, "documents": ["x"], "options": options}, model=None)
+    full = post(cross_http, {"query": "word " * 9, "documents": ["x"], "options": options}, model=CROSS)
     assert full.status_code == 400 and full.json()["error"]["message"].startswith("query: ")
