@@ -1,7 +1,8 @@
 """The served models of this process: their cards, tokenizers, readiness and admission.
 
-Statuses move starting → loading → warming → ready, or to failed with a reason; /health and every surface read
-them from here.
+Statuses move starting → loading → warming → ready, or to failed with a reason; a ready model that lost one of
+its Triton instances is degraded (not served) until its reload passes the golden check again. /health and every
+surface read them from here.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ class Runtime:
         self.models: dict[str, ServedModel] = {c.id: ServedModel(c) for c in cards}
         self.triton: Triton | None = None
         self.draining = False
+        # what /health reports about Triton: child or external, restarts and the last exit
+        self.triton_health: dict[str, Any] = {"mode": "external" if settings.triton_url else "child",
+                                              "live": False, "restarts": 0, "last_exit": None}
         for model in self.models.values():
             self.set_status(model, "starting")
 

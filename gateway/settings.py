@@ -36,6 +36,14 @@ class Settings:
     threads: int = field(default=0, metadata={
         "help": "ONNX Runtime intra-op threads per model instance (0 = the model config's intra_op_threads)"})
     log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
+    triton_restart_limit: int = field(default=5, metadata={
+        "help": "child tritonserver restarts allowed within --triton-restart-window-seconds before giving up"})
+    triton_restart_window_seconds: float = field(default=600.0, metadata={
+        "help": "window over which child tritonserver restarts are counted"})
+    triton_restart_backoff_seconds: float = field(default=1.0, metadata={
+        "help": "wait before the first restart of a dead child tritonserver; doubles per restart, at most 60 s"})
+    triton_check_seconds: float = field(default=1.0, metadata={
+        "help": "how often Triton's liveness, model readiness and model instances are checked"})
 
     @staticmethod
     def env_name(name: str) -> str:
@@ -67,6 +75,10 @@ class Settings:
         settings = cls(**values)
         if settings.max_request_bytes < 1:
             raise SystemExit("max_request_bytes must be at least 1")
+        if settings.log_format not in ("text", "json"):
+            raise SystemExit(f"log_format: {settings.log_format!r} is not text or json")
+        if settings.triton_check_seconds <= 0 or settings.triton_restart_backoff_seconds < 0:
+            raise SystemExit("triton_check_seconds must be positive and triton_restart_backoff_seconds not negative")
         return settings
 
     @property

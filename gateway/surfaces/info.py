@@ -73,6 +73,7 @@ def health_body(runtime: Runtime) -> tuple[int, dict[str, Any]]:
                             "model": next(iter(runtime.models)) if single else None}
     if not single:
         body["models"] = {m.id: {"status": m.status, "reason": m.reason} for m in runtime.models.values()}
+    body["triton"] = dict(runtime.triton_health)
     return (200 if status == "ready" else 503), body
 
 
