@@ -32,7 +32,8 @@ def model_card(model: ServedModel) -> dict[str, Any]:
     out.update({
         "repo": card.repo, "revision": card.revision, "model_sha256": card.model_sha256,
         "question_types": list(card.decisions.question_types) if card.decisions else [],
-        "limits": card.limits.model_dump(exclude={k for k in _DECISION_LIMITS if getattr(card.limits, k) is None}), "licence": card.licence,
+        "limits": card.limits.model_dump(exclude={k for k in _DECISION_LIMITS
+                                                  if getattr(card.limits, k) is None}), "licence": card.licence,
         "attribution": card.attribution, "engine": ENGINE, "engine_args": model.engine_args,
         "accelerator": DEVICE, "device": DEVICE, "dtype": card.dtype, "numerics": card.numerics,
         "tokenizer": card.tokenizer,
