@@ -1,0 +1,121 @@
+"""Every object `k8s/render.py` renders is applied with server-side dry-run to the real kube-apiserver, which
+validates it (built-in schemas, CRD schemas, RBAC references); and the control plane's RBAC does what it claims:
+workload verbs in the project namespaces it is bound to, nothing elsewhere, through its in-cluster kubeconfig."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from k8s.render import render
+
+from .conftest import kubectl
+
+
+def dry_run(docs: list[dict[str, Any]], tmp_path: Path) -> tuple[int, str]:
+    path = tmp_path / "objects.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    done = kubectl("apply", "--server-side", "--dry-run=server", "--field-manager=sr-ops-tests",
+                   "--validate=strict", "-f", str(path))
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu", "project"])
+def test_every_rendered_object_is_accepted_by_the_apiserver(target: str, namespace: str, tmp_path: Path) -> None:
+    # the test apiserver is 1.20: HPA and PDB go under the versions it serves (same fields), see k8s/render.py
+    docs = render(target, namespace=namespace, older_apiserver=True)
+    code, out = dry_run(docs, tmp_path)
+    assert code == 0, out
+    for doc in docs:
+        assert f"/{doc['metadata']['name']} serverside-applied (server dry run)" in out, (doc["kind"], out)
+    kinds = {d["kind"] for d in docs}
+    if target != "project":
+        assert {"Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler", "ServiceMonitor",
+                "ServingRuntime", "InferenceService", "ServiceAccount", "ClusterRole"} <= kinds
+        assert "ClusterRoleBinding" not in kinds, "the control plane's rights are granted per namespace only"
+
+
+def _find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def test_the_apiserver_rejects_a_broken_deployment_and_a_broken_service_monitor(namespace: str,
+                                                                                tmp_path: Path) -> None:
+    docs = render("cpu", namespace=namespace, older_apiserver=True)
+    deployment = copy.deepcopy(_find(docs, "Deployment", "sr-gateway"))
+    deployment["spec"]["template"]["spec"]["containers"][1]["livenessProbe"]["httpGet"]["port"] = 70000
+    code, out = dry_run([deployment], tmp_path)
+    assert code != 0 and "70000" in out, out
+    monitor = copy.deepcopy(_find(docs, "ServiceMonitor", "sr-gateway"))
+    monitor["spec"]["endpoints"][0]["interval"] = "15 seconds"
+    code, out = dry_run([monitor], tmp_path)
+    assert code != 0 and "interval" in out, out
+
+
+def _allowed(admin: client.ApiClient, user: str, namespace: str, verb: str, resource: str,
+             group: str = "", subresource: str = "") -> bool:
+    review = client.AuthorizationV1Api(admin).create_subject_access_review(client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=user, groups=["system:serviceaccounts"], resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace, verb=verb, group=group, resource=resource, subresource=subresource))))
+    assert review.status is not None
+    return bool(review.status.allowed)
+
+
+def test_the_controlplane_may_run_workloads_only_in_project_namespaces_bound_to_it(
+        admin: client.ApiClient, namespace: str, tmp_path: Path) -> None:
+    core = client.CoreV1Api(admin)
+    project, other = f"{namespace}-project", f"{namespace}-other"
+    for ns in (project, other):
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    try:
+        docs = render("base", namespace=namespace)
+        rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole")]
+        binding = render("project", namespace=project)
+        for doc in binding:
+            for subject in doc["subjects"]:
+                subject["namespace"] = namespace
+        path = tmp_path / "rbac.yaml"
+        path.write_text(yaml.safe_dump_all(rbac + binding))
+        done = kubectl("apply", "--server-side", "--field-manager=sr-ops-tests", "-f", str(path))
+        assert done.returncode == 0, done.stderr
+        user = f"system:serviceaccount:{namespace}:sr-controlplane"
+        for verb in ("create", "get", "list", "watch", "patch", "delete"):
+            assert _allowed(admin, user, project, verb, "inferenceservices", "serving.kserve.io")
+        assert _allowed(admin, user, project, "get", "pods", subresource="log")
+        assert _allowed(admin, user, project, "create", "pods", subresource="exec")
+        assert not _allowed(admin, user, project, "get", "secrets")
+        assert not _allowed(admin, user, other, "create", "pods", subresource="exec")
+        assert not _allowed(admin, user, other, "list", "inferenceservices", "serving.kserve.io")
+        assert not _allowed(admin, user, "", "create", "pods", subresource="exec")  # cluster-wide
+
+        # its in-cluster kubeconfig (service-account token file, no stored credential) reaches the API with them
+        kubeconfig = yaml.safe_load(_find(docs, "ConfigMap", "sr-controlplane-kubeconfig")["data"]["config"])
+        minted = client.CoreV1Api(admin).create_namespaced_service_account_token(
+            "sr-controlplane", namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+                audiences=["https://kubernetes.default.svc"], expiration_seconds=600)))
+        assert minted.status is not None
+        (tmp_path / "token").write_text(str(minted.status.token))
+        test_cluster = yaml.safe_load(Path(os.environ["SR_TEST_KUBE_ADMIN_KUBECONFIG"]).read_text())
+        cluster = test_cluster["clusters"][0]["cluster"]
+        assert kubeconfig["users"][0]["user"] == {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
+        kubeconfig["users"][0]["user"]["tokenFile"] = str(tmp_path / "token")
+        kubeconfig["clusters"][0]["cluster"] = {"server": cluster["server"],
+                                                "certificate-authority": cluster["certificate-authority"]}
+        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        custom = client.CustomObjectsApi(config.new_client_from_config(str(tmp_path / "kubeconfig")))
+        found = custom.list_namespaced_custom_object("serving.kserve.io", "v1beta1", project, "inferenceservices")
+        assert isinstance(found, dict) and found["items"] == []
+        with pytest.raises(ApiException) as denied:
+            custom.list_namespaced_custom_object("serving.kserve.io", "v1beta1", other, "inferenceservices")
+        assert denied.value.status == 403
+    finally:
+        for ns in (project, other):
+            core.delete_namespace(ns)
