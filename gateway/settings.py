@@ -75,8 +75,6 @@ class Settings:
         settings = cls(**values)
         if settings.max_request_bytes < 1:
             raise SystemExit("max_request_bytes must be at least 1")
-        if settings.log_format not in ("text", "json"):
-            raise SystemExit(f"log_format: {settings.log_format!r} is not text or json")
         if settings.triton_check_seconds <= 0 or settings.triton_restart_backoff_seconds < 0:
             raise SystemExit("triton_check_seconds must be positive and triton_restart_backoff_seconds not negative")
         return settings
