@@ -15,11 +15,12 @@ def _serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from .app import create_app
+    from .logs import configure, request_log
 
     settings = Settings.resolve(args)
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(settings.log_level, settings.log_format)
     app = create_app(settings)
+    app.middlewares.insert(0, request_log)  # outermost: sees the final status of every request
     web.run_app(app, host=settings.host, port=settings.port, shutdown_timeout=settings.shutdown_seconds,
                 handler_cancellation=True, access_log=None,
                 print=lambda msg: logging.info("%s", msg),
@@ -44,7 +45,7 @@ def _triton(args: argparse.Namespace) -> int:
             stop.set()
 
         process = TritonProcess(Path(args.model_repository), grpc_port=int(args.grpc_port),
-                                threads=int(args.threads), on_exit=exited)
+                                threads=int(args.threads), metrics_port=int(args.metrics_port), on_exit=exited)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     triton.add_argument("--model-repository", default=str(DEFAULT_REPOSITORY))
     triton.add_argument("--grpc-port", default=os.environ.get("SR_GATEWAY_TRITON_GRPC_PORT", "8001"))
     triton.add_argument("--threads", default=os.environ.get("SR_GATEWAY_THREADS", "0"))
+    triton.add_argument("--metrics-port", default=os.environ.get("SR_GATEWAY_TRITON_METRICS_PORT", "0"),
+                        help="serve Triton's Prometheus metrics on this port (0 = off)")
     triton.set_defaults(run=_triton)
     models = commands.add_parser("models", help="model repository tasks")
     model_commands = models.add_subparsers(dest="models_command", required=True)

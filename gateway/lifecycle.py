@@ -46,6 +46,13 @@ class Lifecycle:
 
     async def start(self) -> None:
         """Runs in the background so /health/live answers while models load."""
+        metrics = self.runtime.metrics
+        metrics.max_queue.set(self.runtime.settings.max_queue)
+        # every series exists from the start (Prometheus sees 0, not nothing, until the first event)
+        metrics.triton_last_exit.labels("").set(0)
+        for model in self.runtime.models:
+            for reason in ("instance_lost", "not_ready"):
+                metrics.child(metrics.model_reloads, model, reason)
         runner = self._track_external if self.runtime.settings.triton_url else self._supervise_child
         self.task = asyncio.create_task(runner())
 

@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 
 from .cards import Card
 from .errors import ApiError
+from .logs import note
 from .metrics import Metrics
 from .settings import Settings
 from .text import TextEncoder
@@ -133,6 +134,7 @@ class Runtime:
             if model is None:
                 raise ApiError("model_not_found",
                                f"this runtime serves {', '.join(sorted(self.models))}, not {name}")
+        note(model=model.id)
         if surface not in model.card.surfaces:
             raise ApiError("unsupported_surface",
                            f"model {model.id} serves {', '.join(model.card.surfaces)}, not {surface}")

@@ -137,10 +137,11 @@ def stub_instances(pgid: int) -> dict[str, list[str]]:
 
 
 class TritonProcess:
-    def __init__(self, repository: Path, *, grpc_port: int = 0, threads: int = 0,
+    def __init__(self, repository: Path, *, grpc_port: int = 0, threads: int = 0, metrics_port: int = 0,
                  on_exit: Callable[[int], None] | None = None) -> None:
         self.repository = repository
         self.grpc_port = grpc_port or free_port()
+        self.metrics_port = metrics_port  # 0: Triton's Prometheus endpoint stays off
         self.threads = threads
         self.on_exit = on_exit
         self.proc: asyncio.subprocess.Process | None = None
@@ -167,7 +168,9 @@ class TritonProcess:
             f"--backend-directory={backend_directory()}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
-            "--allow-http=false", "--allow-metrics=false",
+            "--allow-http=false",
+            *(["--allow-metrics=true", f"--metrics-port={self.metrics_port}", "--allow-gpu-metrics=false"]
+              if self.metrics_port else ["--allow-metrics=false"]),
             "--model-control-mode=explicit",
             "--strict-readiness=true", "--exit-timeout-secs=30",
             "--log-verbose=0", "--log-info=false",
