@@ -8,6 +8,7 @@ from aiohttp import web
 
 from .cards import discover
 from .decisions import surface as decisions
+from .decisions import systemone
 from .errors import ApiError
 from .lifecycle import Lifecycle
 from .metrics import Metrics
@@ -37,7 +38,7 @@ def create_app(settings: Settings, *, start_models: bool = True) -> web.Applicat
     app = web.Application(middlewares=[json_errors], client_max_size=settings.max_request_bytes + 1)
     app[RUNTIME_KEY] = runtime
     app.add_routes(info.routes() + embeddings.routes() + classify.routes() + rerank.routes()
-                   + decisions.routes() + bundle.routes())
+                   + decisions.routes() + systemone.routes(settings.systemone_schema) + bundle.routes())
     if start_models:
         lifecycle = Lifecycle(runtime)
         app[LIFECYCLE_KEY] = lifecycle

@@ -24,18 +24,31 @@ ITEM_ERRORS = frozenset({
 
 RETRY_AFTER = {"overloaded": "1", "not_ready": "5"}
 
+# System One answers a request whose question failed as a whole; its status comes from the first failed question.
+QUESTION_STATUS: dict[str, int] = {
+    "invalid_question": 422, "question_images_unsupported": 422, "box_unsupported": 422, "track_unsupported": 422,
+    "box_needs_image": 422, "box_target_ambiguous": 422,
+    "max_length_exceeded": 400, "scan_budget_exceeded": 400, "invalid_input": 400, "box_video_too_long": 400,
+    "invalid_model_output": 500, "unavailable": 503, "deadline_exceeded": 504,
+}
+SYSTEMONE_OVERLOADED = 529  # vllm-sr/5.0: an overloaded process (429 elsewhere)
+
 
 class ApiError(Exception):
     """A request-level failure; rendered as {"error": {"code", "message"}} with the mapped status."""
 
-    def __init__(self, code: str, message: str, *, status: int | None = None) -> None:
-        """`status` overrides the code's status only for routing errors (unknown path 404, method 405)."""
+    def __init__(self, code: str, message: str, *, status: int | None = None, reason: str | None = None,
+                 limit: int | None = None) -> None:
+        """`status` overrides the code's status only for routing errors (unknown path 404, method 405).
+        `reason` and `limit` say which limit failed the request (System One shows them as flat fields)."""
         if code not in STATUS:
             raise ValueError(f"unknown error code {code}")
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status or STATUS[code]
+        self.reason = reason
+        self.limit = limit
 
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}

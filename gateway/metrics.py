@@ -31,7 +31,7 @@ class Metrics:
                                     ["model"], buckets=_ROWS, registry=r)
         self.batch_tokens = Histogram("sr_gateway_batch_tokens", "Real tokens per Triton execute()",
                                       ["model"], buckets=_TOKENS, registry=r)
-        self.queue_depth = Gauge("sr_gateway_queue_depth", "Inputs submitted to Triton and not yet answered",
+        self.queue_depth = Gauge("sr_gateway_queue_depth", "Inputs submitted to Triton and not yet answered, per Triton model",
                                  ["model"], registry=r)
         self.ready = Gauge("sr_gateway_ready", "1 when every model is ready", registry=r)
         self.model_ready = Gauge("sr_gateway_model_ready", "1 when the model is ready", ["model"], registry=r)
@@ -42,13 +42,14 @@ class Metrics:
         self.triton_last_exit = Gauge("sr_gateway_triton_last_exit_info",
                                       "Why tritonserver last exited (value 1; reason \"\" and 0 before any exit)",
                                       ["reason"], registry=r)
-        self.max_queue = Gauge("sr_gateway_max_queue", "--max-queue: most inputs in flight per model",
-                               registry=r)
         self.triton_up = Gauge("sr_gateway_triton_up", "1 while Triton answers its liveness check", registry=r)
         self.model_reloads = Counter("sr_gateway_model_reloads_total",
                                      "Models reloaded through Triton's repository API", ["model", "reason"],
                                      registry=r)
 
+        self.result_cache = Counter("sr_gateway_result_cache_total",
+                                    "Decision questions looked up in the result cache, by model and result (hit, miss)",
+                                    ["model", "result"], registry=r)
         self._children: dict[tuple[object, ...], Any] = {}
 
     def child(self, metric: Any, *labels: str) -> Any:

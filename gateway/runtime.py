@@ -40,7 +40,6 @@ class ServedModel:
     _encoder: TextEncoder | None = None
     golden: dict[str, Any] = field(default_factory=lambda: {"status": "pending", "checked": 0, "matched": 0,
                                                             "reference": "cpu"})
-    inflight: int = 0
     family: Any = None  # decisions models: their decision family, built on first use
 
     @property
@@ -76,6 +75,7 @@ class Runtime:
         self.models: dict[str, ServedModel] = {c.id: ServedModel(c) for c in cards}
         self.triton: Triton | None = None
         self.draining = False
+        self.inflight: dict[str, int] = {}  # inputs submitted to Triton and not yet answered, per Triton model
         # what /health reports about Triton: child or external, restarts and the last exit
         self.triton_health: dict[str, Any] = {"mode": "external" if settings.triton_url else "child",
                                               "live": False, "restarts": 0, "last_exit": None}
@@ -146,17 +146,21 @@ class Runtime:
 
     def admit(self, model: ServedModel, inputs: int) -> None:
         """All-or-nothing admission: a request whose inputs would overfill the model's queue gets 429 (try again);
-        one that could never fit gets 413."""
+        one that could never fit gets 413. Served models that share a Triton model (a zero-shot head or a
+        decisions card over the embedder) share its queue: the bound is on what Triton holds."""
         if inputs > self.settings.max_queue:
             raise ApiError("request_too_large", f"the request has {inputs} inputs; --max-queue "
                                                 f"{self.settings.max_queue} admits at most that many at once")
-        if model.inflight + inputs > self.settings.max_queue:
+        name = model.card.triton_name
+        held = self.inflight.get(name, 0)
+        if held + inputs > self.settings.max_queue:
             raise ApiError("overloaded",
-                           f"model {model.id} has {model.inflight} inputs in flight; "
+                           f"model {model.id} has {held} inputs in flight on {name}; "
                            f"{inputs} more would exceed --max-queue {self.settings.max_queue}")
-        model.inflight += inputs
-        self.metrics.child(self.metrics.queue_depth, model.id).set(model.inflight)
+        self.inflight[name] = held + inputs
+        self.metrics.child(self.metrics.queue_depth, name).set(held + inputs)
 
     def release(self, model: ServedModel, inputs: int) -> None:
-        model.inflight -= inputs
-        self.metrics.child(self.metrics.queue_depth, model.id).set(model.inflight)
+        name = model.card.triton_name
+        self.inflight[name] = self.inflight.get(name, 0) - inputs
+        self.metrics.child(self.metrics.queue_depth, name).set(self.inflight[name])

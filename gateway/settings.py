@@ -28,6 +28,11 @@ class Settings:
     triton_startup_seconds: float = field(default=180.0, metadata={"help": "how long to wait for Triton to come up"})
     max_request_bytes: int = field(default=8_388_608, metadata={
         "help": "largest request body, both as sent and after Content-Encoding is decoded (413 above)"})
+    systemone_schema: str = field(default="vllm-sr/5.0", metadata={
+        "help": "System One schema of /v1/systemone: vllm-sr/5.0 (strict) or vllm-sr/4.0 (also the internal form)"})
+    result_cache: str = field(default="exact", metadata={
+        "help": "answered decision questions to cache: exact (models whose numerics are exact), all, or off"})
+    result_cache_entries: int = field(default=16384, metadata={"help": "most answers the result cache keeps per model"})
     max_bundle_tasks: int = field(default=64, metadata={
         "help": "most tasks one /v1/bundle request may hold (413 above)"})
     max_queue: int = field(default=8192, metadata={
@@ -75,6 +80,10 @@ class Settings:
         settings = cls(**values)
         if settings.max_request_bytes < 1:
             raise SystemExit("max_request_bytes must be at least 1")
+        if settings.result_cache not in ("exact", "all", "off"):
+            raise SystemExit(f"result_cache must be exact, all or off, not {settings.result_cache!r}")
+        if settings.systemone_schema not in ("vllm-sr/5.0", "vllm-sr/4.0"):
+            raise SystemExit(f"systemone_schema must be vllm-sr/5.0 or vllm-sr/4.0, not {settings.systemone_schema!r}")
         if settings.triton_check_seconds <= 0 or settings.triton_restart_backoff_seconds < 0:
             raise SystemExit("triton_check_seconds must be positive and triton_restart_backoff_seconds not negative")
         return settings

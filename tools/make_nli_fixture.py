@@ -37,7 +37,8 @@ def card(name: str, sha256: str) -> dict[str, Any]:
         "dtype": "fp32",
         "numerics": "approximate",
         "tokenizer": "tokenizer.json",
-        "limits": {"max_input_tokens": MAX_INPUT_TOKENS, "max_inputs": 1024},
+        # Answers are "validated" up to 64 tokens per question; long context (System One) reads up to 256.
+        "limits": {"max_input_tokens": MAX_INPUT_TOKENS, "max_inputs": 1024, "validated_input_tokens": 64},
         "heads": [{"name": "nli", "kind": "sequence", "labels": list(LABELS), "inputs": ["pair"],
                    "overflow": "reject"}],
         "decisions": {

@@ -8,6 +8,7 @@ question or one whose input is too long fails alone; a rejected entry fails only
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,8 @@ from ..runtime import Runtime, ServedModel
 from ..surfaces.common import Strict, parse, response_meta
 from ..timing import Timing
 from .answers import NonFinite, assemble
+from .cache import Cached, ResultCache
+from .cache import key as cache_key
 from .families import Ask, Context, Family, Phases, family_for
 from .questions import Invalid, Question, QuestionError, check_collisions, validate
 from .state import OMITTED, State, parse_state
@@ -80,6 +83,20 @@ class Answered:
     batch: bool
     queue_ms: float
     forward_ms: float
+
+
+def result_cache(runtime: Runtime, model: ServedModel) -> ResultCache | None:
+    """The model's result cache, or None where the settings leave this model uncached."""
+    policy = runtime.settings.result_cache
+    if policy == "off" or runtime.settings.result_cache_entries <= 0 or (
+            policy == "exact" and model.card.numerics != "exact"):
+        return None
+    fam = family(model)
+    found: ResultCache | None = getattr(fam, "results", None)
+    if found is None:
+        found = ResultCache(runtime.settings.result_cache_entries)
+        fam.results = found  # type: ignore[attr-defined]
+    return found
 
 
 def family(model: ServedModel) -> Family:
@@ -199,12 +216,27 @@ def _request_tokens(model: ServedModel, entry: Entry) -> None:
     if total > limit:
         entry.rejected = ApiError("invalid_request", f"the request holds at least {total} tokens (the state once "
                                                      f"plus each question), over model {model.id}'s "
-                                                     f"max_request_tokens {limit}")
-        entry.rejected.reason = "request_tokens"  # type: ignore[attr-defined]
-        entry.rejected.limit = limit  # type: ignore[attr-defined]
+                                                     f"max_request_tokens {limit}", reason="request_tokens",
+                                  limit=limit)
 
 
-async def answer(runtime: Runtime, model: ServedModel, req: DecisionRequest, timing: Timing | None) -> Answered:
+@dataclass
+class Plan:
+    """One request, validated and split into the questions the family will answer."""
+
+    model: ServedModel
+    req: DecisionRequest
+    entries: list[Entry]
+    asks: list[Ask]
+    timing: Timing | None
+    started: float
+    long_context: bool = False
+    phases: list[Phases] = field(default_factory=list)
+
+
+def plan(runtime: Runtime, model: ServedModel, req: DecisionRequest, timing: Timing | None, *,
+         long_context: bool = False) -> Plan:
+    """Validate a request; a failure of the request as a whole raises ApiError (400 and friends)."""
     started = time.perf_counter()
     entries = build_entries(model, req)
     _check_any_valid(entries)
@@ -212,7 +244,8 @@ async def answer(runtime: Runtime, model: ServedModel, req: DecisionRequest, tim
         _request_tokens(model, entry)
     if len(entries) == 1 and entries[0].rejected is not None and entries[0].name is None:
         raise entries[0].rejected
-    fam = family(model)
+    if all(e.rejected is not None for e in entries):
+        raise next(e.rejected for e in entries if e.rejected is not None)
     asks: list[Ask] = []
     for entry in entries:
         if entry.rejected is not None or entry.state is None:
@@ -225,17 +258,81 @@ async def answer(runtime: Runtime, model: ServedModel, req: DecisionRequest, tim
                 asks.append(ask)
     if timing is not None:
         timing.add("tokenize", started)
-    ctx = Context(runtime, model, req.options.deadline_ms, req.options.max_tokens,
-                  timing.started if timing is not None else started)
-    phases: list[Phases] = await fam.answer(ctx, asks) if asks else []
+    return Plan(model, req, entries, asks, timing, timing.started if timing is not None else started,
+                long_context or req.options.long_context)
+
+
+async def run(runtime: Runtime, plans: list[Plan]) -> None:
+    """Answer the questions of several requests in one pass per model: texts they share are read once. Requests
+    keep their own deadlines, so they share a pass only when their options agree; the rest run side by side."""
+    groups: dict[tuple[str, float | None, int | None, bool], list[Plan]] = {}
+    for p in plans:
+        o = p.req.options
+        groups.setdefault((p.model.id, o.deadline_ms, o.max_tokens, p.long_context), []).append(p)
+
+    async def one(group: list[Plan]) -> None:
+        first = group[0]
+        model, max_tokens = first.model, first.req.options.max_tokens
+        cache = result_cache(runtime, model)
+        todo: list[tuple[Ask, bytes | None]] = []
+        for ask in (a for p in group for a in p.asks):
+            k = cache_key(model, ask, max_tokens) if cache is not None else None
+            hit = cache.get(k) if cache is not None and k is not None else None
+            if cache is not None:
+                runtime.metrics.child(runtime.metrics.result_cache, model.id, "hit" if hit else "miss").inc()
+            if hit is not None:
+                ask.outcome, ask.view_tokens, ask.question_tokens = hit.outcome, hit.view_tokens, hit.question_tokens
+            else:
+                todo.append((ask, k))
+        if not todo:
+            return
+        ctx = Context(runtime, model, first.req.options.deadline_ms, max_tokens, min(p.started for p in group),
+                      first.long_context)
+        phases = await family(model).answer(ctx, [a for a, _ in todo])
+        for p in group:
+            p.phases = phases
+        if cache is not None:
+            for ask, k in todo:
+                if k is not None and ask.error is None and ask.outcome is not None:
+                    cache.put(k, Cached(ask.outcome, ask.view_tokens, ask.question_tokens))
+
+    await asyncio.gather(*(one(g) for g in groups.values()))
+
+
+def finish(runtime: Runtime, p: Plan) -> Answered:
     mark = time.perf_counter()
-    last = max(phases, key=lambda p: p.done, default=Phases())
-    out = {e.name: _assemble(runtime, model, e) for e in entries}
-    if timing is not None:
-        timing.ms["queue"] += last.queue_ms
-        timing.ms["forward"] += last.forward_ms
-        timing.add("post", mark)
-    return Answered(model, out, any(e.name is not None for e in entries), last.queue_ms, last.forward_ms)
+    _question_limits(p)
+    last = max(p.phases, key=lambda x: x.done, default=Phases())
+    out = {e.name: _assemble(runtime, p.model, e) for e in p.entries}
+    if p.timing is not None:
+        p.timing.ms["queue"] += last.queue_ms
+        p.timing.ms["forward"] += last.forward_ms
+        p.timing.add("post", mark)
+    return Answered(p.model, out, any(e.name is not None for e in p.entries), last.queue_ms, last.forward_ms)
+
+
+def _question_limits(p: Plan) -> None:
+    """Models with a validated length bound each question (the state it reads plus itself) by it, or by
+    max_input_tokens with long context (slower and less accurate, so the client asks for it)."""
+    limits = p.model.card.limits
+    if limits.validated_input_tokens is None:
+        return
+    limit = limits.max_input_tokens if p.long_context else limits.validated_input_tokens
+    for ask in p.asks:
+        tokens = ask.view_tokens + ask.question_tokens
+        if ask.error is None and tokens > limit:
+            hint = "" if p.long_context else f" (long context allows up to {limits.max_input_tokens})"
+            ask.error = ItemError("max_length_exceeded", f"the question reads {tokens} tokens with its state, over "
+                                                         f"the {limit} this model answers{hint}")
+            ask.reason = "question_tokens"
+            ask.outcome = None
+
+
+async def answer(runtime: Runtime, model: ServedModel, req: DecisionRequest, timing: Timing | None, *,
+                 long_context: bool = False) -> Answered:
+    p = plan(runtime, model, req, timing, long_context=long_context)
+    await run(runtime, [p])
+    return finish(runtime, p)
 
 
 def _assemble(runtime: Runtime, model: ServedModel, entry: Entry) -> EntryAnswer:
@@ -256,7 +353,7 @@ def _assemble(runtime: Runtime, model: ServedModel, entry: Entry) -> EntryAnswer
             failure = Failure(q.id, q.type, q.code, q.message, "question_invalid")
         elif entry.rejected is not None:
             failure = Failure(q.id, q.type, "invalid_input", entry.rejected.message,
-                              getattr(entry.rejected, "reason", "input_malformed"))
+                              entry.rejected.reason or "input_malformed")
         else:
             ask = by_id[q.id]
             if q.type in ("set", "span"):
@@ -277,7 +374,7 @@ def _assemble(runtime: Runtime, model: ServedModel, entry: Entry) -> EntryAnswer
                         spans[q.id] = extra["spans"]
             if ask.error is not None or ask.outcome is None:
                 error = ask.error or ItemError("invalid_model_output", "no answer")
-                failure = Failure(q.id, q.type, error.code, error.message, _reason(error.code))
+                failure = Failure(q.id, q.type, error.code, error.message, ask.reason or _reason(error.code))
         if failure is not None:
             answers[q.id] = {"type": failure.type, "error": failure.code, "message": failure.message}
             failures.append(failure)

@@ -59,7 +59,8 @@ def model_card(model: ServedModel) -> dict[str, Any]:
 async def list_models(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME_KEY]
     return json_response({
-        "object": "list", "api_version": API_VERSION,
+        "object": "list", "api_version": API_VERSION, "systemone_schema": runtime.settings.systemone_schema,
+        "models": [m.id for m in runtime.models.values()],
         "data": [model_card(m) for m in runtime.models.values()],
         "limits": {"max_request_bytes": runtime.settings.max_request_bytes,
                    "max_queue": runtime.settings.max_queue,

@@ -58,12 +58,12 @@ def test_admission_is_all_or_nothing_and_a_request_that_can_never_fit_is_413() -
     rt.admit(model, 6)
     with pytest.raises(ApiError) as busy:
         rt.admit(model, 5)
-    assert busy.value.code == "overloaded" and model.inflight == 6
+    assert busy.value.code == "overloaded" and rt.inflight["all-minilm-l6-v2"] == 6
     rt.admit(model, 4)
     rt.release(model, 10)
     with pytest.raises(ApiError) as never:
         rt.admit(model, 11)
-    assert never.value.code == "request_too_large" and model.inflight == 0
+    assert never.value.code == "request_too_large" and rt.inflight["all-minilm-l6-v2"] == 0
 
 
 @pytest.mark.parametrize("header, expected", [(None, None), ("", None), ("identity", None), ("GZIP", "gzip"),

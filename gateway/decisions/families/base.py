@@ -33,6 +33,7 @@ class Ask:
     error: ItemError | None = None
     question_tokens: int = 0  # tokens of the question's own texts (instructions, options)
     view_tokens: int = 0  # tokens of the state read for it (a lower bound when read in part)
+    reason: str | None = None  # which limit failed it, when one did (System One's flat `reason`)
 
     def fail(self, error: ItemError) -> None:
         if self.error is None:
@@ -46,6 +47,7 @@ class Context:
     deadline_ms: float | None
     max_tokens: int | None  # options.max_tokens: the scan budget for parts read in windows
     started: float  # perf_counter at the request's arrival (deadlines are measured from it)
+    long_context: bool = False  # the request asked for long context (max_input_tokens instead of validated)
 
 
 @dataclass

@@ -72,7 +72,9 @@ class Nli(Family):
 
     async def answer(self, ctx: Context, asks: list[Ask]) -> list[Phases]:
         encoder = self.model.text_encoder()
-        limit = ctx.max_tokens or self.model.card.limits.max_input_tokens
+        limits = self.model.card.limits
+        limit = limits.max_input_tokens if ctx.long_context else (limits.validated_input_tokens
+                                                                    or limits.max_input_tokens)
         jobs: dict[tuple[str, str], Job] = {}
         premises: dict[str, int] = {}
         wanted = sum(len(self.hypotheses(a.question)) for a in asks)

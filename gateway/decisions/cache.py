@@ -1,0 +1,55 @@
+"""A bounded cache of answered questions: identical (model, revision, text read, question) work is answered once.
+
+On by default only where the model's numerics are `exact` (an answer never depends on what else was in the batch,
+so a cached answer is the answer); approximate models would return an answer that a fresh run could differ from
+in the last digits, so they are cached only when `--result-cache-approximate` says so. Hits skip the model
+entirely (Server-Timing forward 0 for a request answered from the cache).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import orjson
+
+from ..runtime import ServedModel
+from .answers import Outcome
+from .families import Ask
+
+
+@dataclass(frozen=True)
+class Cached:
+    outcome: Outcome
+    view_tokens: int
+    question_tokens: int
+
+
+def key(model: ServedModel, ask: Ask, max_tokens: int | None) -> bytes:
+    q = ask.question
+    return orjson.dumps([model.id, model.card.revision, model.card.model_sha256, ask.view.text, ask.view.parts,
+                         q.type, q.instructions, [(o.key, o.description) for o in q.options], q.threshold,
+                         q.overflow, max_tokens])
+
+
+class ResultCache:
+    def __init__(self, entries: int) -> None:
+        self.entries = entries
+        self._data: OrderedDict[bytes, Cached] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, k: bytes) -> Cached | None:
+        found = self._data.get(k)
+        if found is not None:
+            self._data.move_to_end(k)
+        return found
+
+    def put(self, k: bytes, value: Cached) -> None:
+        if self.entries <= 0:
+            return
+        self._data[k] = value
+        self._data.move_to_end(k)
+        while len(self._data) > self.entries:
+            self._data.popitem(last=False)
