@@ -42,6 +42,8 @@ class Metrics:
         self.triton_last_exit = Gauge("sr_gateway_triton_last_exit_info",
                                       "Why tritonserver last exited (value 1; reason \"\" and 0 before any exit)",
                                       ["reason"], registry=r)
+        self.max_queue = Gauge("sr_gateway_max_queue", "--max-queue: most inputs in flight per model",
+                               registry=r)
         self.triton_up = Gauge("sr_gateway_triton_up", "1 while Triton answers its liveness check", registry=r)
         self.model_reloads = Counter("sr_gateway_model_reloads_total",
                                      "Models reloaded through Triton's repository API", ["model", "reason"],

@@ -41,6 +41,8 @@ class Settings:
     threads: int = field(default=0, metadata={
         "help": "ONNX Runtime intra-op threads per model instance (0 = the model config's intra_op_threads)"})
     log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
+    log_format: str = field(default="text", metadata={
+        "help": "text, or json: one JSON object per line, with one line per request"})
     triton_restart_limit: int = field(default=5, metadata={
         "help": "child tritonserver restarts allowed within --triton-restart-window-seconds before giving up"})
     triton_restart_window_seconds: float = field(default=600.0, metadata={
@@ -84,6 +86,8 @@ class Settings:
             raise SystemExit(f"result_cache must be exact, all or off, not {settings.result_cache!r}")
         if settings.systemone_schema not in ("vllm-sr/5.0", "vllm-sr/4.0"):
             raise SystemExit(f"systemone_schema must be vllm-sr/5.0 or vllm-sr/4.0, not {settings.systemone_schema!r}")
+        if settings.log_format not in ("text", "json"):
+            raise SystemExit(f"log_format: {settings.log_format!r} is not text or json")
         if settings.triton_check_seconds <= 0 or settings.triton_restart_backoff_seconds < 0:
             raise SystemExit("triton_check_seconds must be positive and triton_restart_backoff_seconds not negative")
         return settings
