@@ -25,6 +25,7 @@ from ..timing import Timing
 from .classify import ClassifyRequest, classify
 from .common import Call, parse, surface
 from .embeddings import EmbeddingsRequest, embed
+from .forward import job_group
 from .rerank import RerankRequest, rerank
 
 Work = Callable[[Runtime, ServedModel, Any, Call | None], Awaitable[dict[str, Any]]]
@@ -122,7 +123,8 @@ async def create_bundle(call: Call) -> dict[str, Any]:
     mark = time.perf_counter()
     tasks, deadline = _tasks(call.body, call.runtime.settings.max_bundle_tasks)
     call.timing.add("tokenize", mark)
-    done = await asyncio.gather(*(_run(call, t, deadline) for t in tasks))
+    with job_group():  # tasks for one model are one job group: identical inputs across them run once
+        done = await asyncio.gather(*(_run(call, t, deadline) for t in tasks))
     results = [r for r, _ in done]
     timings = [t for _, t in done]
     last = max(timings, key=lambda t: t.total_ms or 0.0)
