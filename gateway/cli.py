@@ -62,8 +62,19 @@ def _build(args: argparse.Namespace) -> int:
     from .modelbuild.build import build_repository
     from .modelbuild.sources import SourceError
 
+    repo = Path(args.model_repository)
     try:
-        build_repository(Path(args.model_repository), force=args.force, strict=args.strict)
+        if args.target == "gpu":
+            from .modelbuild.gpu import build_gpu_repository, require_tensorrt
+
+            if not args.configs_only:
+                require_tensorrt()  # before building anything: a clear error on a machine without it
+        build_repository(repo, force=args.force, strict=args.strict)
+        if args.target == "gpu":
+            for variant in build_gpu_repository(repo, plans=not args.configs_only):
+                print(f"{variant.model}: GPU variant, TensorRT plans fp16={variant.fp16}, max abs diff vs CPU "
+                      f"{variant.max_abs_diff:.2e}" if variant.plans else
+                      f"{variant.model}: GPU config written (no TensorRT plans built)", file=sys.stderr)
     except (SourceError, RuntimeError) as exc:
         print(f"models build failed: {exc}", file=sys.stderr)
         return 1
@@ -89,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--model-repository", default=str(DEFAULT_REPOSITORY))
     build.add_argument("--force", action="store_true", help="rebuild even when the cache is up to date")
     build.add_argument("--strict", action="store_true", help="fail when an ONNX checksum differs from its card")
+    build.add_argument("--target", choices=["cpu", "gpu"], default="cpu",
+                       help="gpu: also move text models to the GPU (TensorRT plans, fp16 where the golden check "
+                            "passes); changes the repository's configs in place, so build a copy")
+    build.add_argument("--configs-only", action="store_true",
+                       help="with --target gpu: write the GPU configs without building TensorRT plans")
     build.set_defaults(run=_build)
     args = parser.parse_args(argv)
     return int(args.run(args))
