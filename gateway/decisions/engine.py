@@ -235,11 +235,13 @@ class Plan:
 
 
 def plan(runtime: Runtime, model: ServedModel, req: DecisionRequest, timing: Timing | None, *,
-         long_context: bool = False) -> Plan:
-    """Validate a request; a failure of the request as a whole raises ApiError (400 and friends)."""
+         long_context: bool = False, whole: bool = False) -> Plan:
+    """Validate a request; a failure of the request as a whole raises ApiError (400 and friends). `whole`: System
+    One answers invalid questions as the request's failure (422), so a request with none valid is not a 400."""
     started = time.perf_counter()
     entries = build_entries(model, req)
-    _check_any_valid(entries)
+    if not whole:
+        _check_any_valid(entries)
     for entry in entries:
         _request_tokens(model, entry)
     if len(entries) == 1 and entries[0].rejected is not None and entries[0].name is None:

@@ -115,7 +115,7 @@ def _long_context(request: web.Request) -> bool:
 def _plan(runtime: Runtime, schema: str, body: Any, timing: Timing | None, long_context: bool) -> Plan:
     req = _parse(schema, body)
     model = runtime.resolve(req.model, "decisions")
-    return plan(runtime, model, req, timing, long_context=long_context)
+    return plan(runtime, model, req, timing, long_context=long_context, whole=True)
 
 
 def _respond(runtime: Runtime, schema: str, p: Plan) -> dict[str, Any]:
