@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: venv models serve test test-gateway lint clean
+.PHONY: venv models serve test test-gateway lint clean k8s
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,9 +23,15 @@ models: venv
 serve: models
 	$(BIN)/sr-gateway serve --host $(HOST) --port $(PORT)
 
+# Kubernetes manifests (docs/operations.md): `make k8s` writes build/k8s/{cpu,gpu}.yaml.
+k8s: venv
+	mkdir -p build/k8s
+	$(BIN)/python k8s/render.py cpu > build/k8s/cpu.yaml
+	$(BIN)/python k8s/render.py gpu > build/k8s/gpu.yaml
+
 lint: venv
-	$(BIN)/ruff check gateway sr_backend tools tests/gateway
-	$(BIN)/mypy gateway sr_backend tools
+	$(BIN)/ruff check gateway sr_backend tools tests/gateway k8s
+	$(BIN)/mypy gateway sr_backend tools k8s
 
 test-gateway: models
 	$(BIN)/pytest -q tests/gateway
