@@ -5,24 +5,42 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import sqlalchemy as sa
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from controlplane.auth import TOKEN_HEADER, KeystoneAuth, Principal
 from controlplane.config import Settings
 from controlplane.db import make_engine, migrate
 from controlplane.errors import ApiError, invalid_request
 from controlplane.kube import KubeBackend
+from controlplane.reconciler import Reconciler
 from controlplane.service import DeploymentService
+from controlplane.telemetry import REQUEST_ID, Telemetry, audit
 
 log = logging.getLogger(__name__)
 PREFIX = "/api/v1"
 SERVICE = web.AppKey("service", DeploymentService)
 AUTH = web.AppKey("auth", KeystoneAuth)
 SETTINGS = web.AppKey("settings", Settings)
+TELEMETRY = web.AppKey("telemetry", Telemetry)
+ENGINE = web.AppKey("engine", AsyncEngine)
+KUBE = web.AppKey("kube", KubeBackend)
+RECONCILER = web.AppKey("reconciler", Reconciler)
+OPENAPI_FILE = Path(__file__).with_name("openapi.yaml")
+PRINCIPAL = web.RequestKey("principal", Principal)
+CREATED_ID = web.RequestKey("created_id", str)
+REQUEST_ID_HEADER = "X-Request-Id"
+# Writes that leave an audit line (exec sessions log their own, at open and at close).
+AUDITED = frozenset({"create", "update", "stop", "start", "delete"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -45,6 +63,30 @@ _FAILURE = {
 
 def _error(err: ApiError) -> web.Response:
     return web.json_response(err.body(), status=err.status)
+
+
+@web.middleware
+async def context_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Request id (taken from the caller or made here) on every log line and response, request metrics
+    by route and status, and the audit line of every write."""
+    rid = request.headers.get(REQUEST_ID_HEADER, "")[:64] or uuid.uuid4().hex
+    token = REQUEST_ID.set(rid)
+    started = time.perf_counter()
+    status = 500
+    try:
+        resp = await handler(request)
+        status = resp.status
+        resp.headers[REQUEST_ID_HEADER] = rid
+        return resp
+    finally:
+        route = request.match_info.route.name or ("unmatched" if request.match_info.http_exception else "other")
+        tel = request.app[TELEMETRY]
+        tel.requests.labels(route=route, method=request.method, status=str(status)).inc()
+        tel.latency.labels(route=route, method=request.method).observe(time.perf_counter() - started)
+        if route in AUDITED:
+            dep_id = request.match_info.get("id") or request.get(CREATED_ID)
+            audit(route, who=request.get(PRINCIPAL), deployment=dep_id, result=status)
+        REQUEST_ID.reset(token)
 
 
 @web.middleware
@@ -74,7 +116,9 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 
 async def _principal(request: web.Request) -> Principal:
-    return await request.app[AUTH].authenticate(request.headers.get(TOKEN_HEADER))
+    who = await request.app[AUTH].authenticate(request.headers.get(TOKEN_HEADER))
+    request[PRINCIPAL] = who  # for the audit line
+    return who
 
 
 async def _json_body(request: web.Request) -> Any:
@@ -110,7 +154,9 @@ async def create_deployment(request: web.Request) -> web.Response:
     """POST /deployments."""
     who = await _principal(request)
     body = await _json_body(request)
-    return web.json_response(await request.app[SERVICE].create(who, body), status=201)
+    created = await request.app[SERVICE].create(who, body)
+    request[CREATED_ID] = str(created["id"])
+    return web.json_response(created, status=201)
 
 
 async def get_deployment(request: web.Request) -> web.Response:
@@ -190,24 +236,70 @@ async def deployment_exec(request: web.Request) -> web.WebSocketResponse:
     a normal close follows. Whichever side hangs up, the other is closed too.
     """
     who = await _principal(request)
-    upstream = await request.app[SERVICE].open_exec(
-        who, request.match_info["id"], request.query.get("pod") or None, request.query.get("container") or None
-    )
+    dep_id = request.match_info["id"]
+    try:
+        upstream = await request.app[SERVICE].open_exec(
+            who, dep_id, request.query.get("pod") or None, request.query.get("container") or None
+        )
+    except ApiError as err:
+        audit("exec", who=who, deployment=dep_id, result=err.status)
+        raise
     ws = web.WebSocketResponse(heartbeat=30)
     try:
         await ws.prepare(request)
     except BaseException:
         await upstream.close()
         raise
-    reason = await _bridge(ws, upstream)
+    settings, tel = request.app[SETTINGS], request.app[TELEMETRY]
+    audit("exec", who=who, deployment=dep_id, result="opened", pod=request.query.get("pod"))
+    tel.exec_sessions.inc()
+    try:
+        reason = await _bridge(ws, upstream, _SessionLimits(
+            idle_s=settings.exec_idle_timeout_s, total_s=settings.exec_max_session_s,
+            recheck_s=settings.exec_token_recheck_s, auth=request.app[AUTH],
+            token=request.headers.get(TOKEN_HEADER, ""),
+        ))
+    finally:
+        tel.exec_sessions.dec()
+    audit("exec", who=who, deployment=dep_id, result=reason)
     if not ws.closed:
         await ws.send_str(reason)
         await ws.close()
     return ws
 
 
-async def _bridge(ws: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse) -> str:
-    """Pump both directions until one side ends; returns why the session ended."""
+class _SessionLimits:
+    """Idle and total time limits of a terminal session, and how often its token is checked again."""
+
+    def __init__(self, *, idle_s: float, total_s: float, recheck_s: float, auth: KeystoneAuth, token: str) -> None:
+        self.idle_s, self.total_s, self.recheck_s = idle_s, total_s, recheck_s
+        self.auth, self.token = auth, token
+        self.started = self.last_activity = time.monotonic()
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    async def watch(self) -> str:
+        """Returns why the session must end, once it must."""
+        next_check = self.started + self.recheck_s
+        while True:
+            now = time.monotonic()
+            idle_end, total_end = self.last_activity + self.idle_s, self.started + self.total_s
+            if now >= total_end:
+                return f"session closed: time limit of {self.total_s:g} s reached"
+            if now >= idle_end:
+                return f"session closed: idle for {self.idle_s:g} s"
+            if now >= next_check:
+                if not await self.auth.still_valid(self.token):
+                    return "session closed: the token is no longer valid"
+                next_check = time.monotonic() + self.recheck_s
+            await asyncio.sleep(max(0.05, min(idle_end, total_end, next_check) - time.monotonic()))
+
+
+async def _bridge(
+    ws: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse, limits: _SessionLimits
+) -> str:
+    """Pump both directions until one side ends or a limit is reached; returns why the session ended."""
     ended: dict[str, str] = {}
 
     async def from_client() -> None:
@@ -220,6 +312,7 @@ async def _bridge(ws: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketRe
                 continue
             if not isinstance(frame, dict):
                 continue
+            limits.touch()
             if frame.get("type") == "input" and isinstance(frame.get("data"), str):
                 await upstream.send_bytes(b"\x00" + frame["data"].encode())
             elif frame.get("type") == "resize" and isinstance(frame.get("cols"), int) and isinstance(
@@ -234,13 +327,17 @@ async def _bridge(ws: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketRe
             if msg.type != aiohttp.WSMsgType.BINARY or not msg.data:
                 continue
             channel, data = msg.data[0], msg.data[1:]
+            limits.touch()
             if channel in (1, 2) and data:
                 await ws.send_str(data.decode("utf-8", errors="replace"))
             elif channel == 3:
                 ended["reason"] = _exit_reason(data)
         ended.setdefault("reason", "session ended")
 
-    tasks = [asyncio.ensure_future(from_client()), asyncio.ensure_future(from_pod())]
+    async def limit() -> None:
+        ended["reason"] = await limits.watch()
+
+    tasks = [asyncio.ensure_future(from_client()), asyncio.ensure_future(from_pod()), asyncio.ensure_future(limit())]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -282,19 +379,77 @@ async def delete_deployment(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def healthz(_: web.Request) -> web.Response:
+    """Liveness: the process serves requests (nothing external is asked)."""
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: the catalog database, the apiserver (when configured) and Keystone all answer."""
+    app = request.app
+    checks: dict[str, str] = {}
+
+    async def database() -> None:
+        async with app[ENGINE].connect() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+
+    async def kubernetes() -> None:
+        if KUBE in app:
+            await app[KUBE].ping()
+
+    probes = {"database": database(), "kubernetes": kubernetes(), "keystone": app[AUTH].check()}
+    results = await asyncio.gather(*(asyncio.wait_for(p, 5) for p in probes.values()), return_exceptions=True)
+    for name, result in zip(probes, results, strict=True):
+        if isinstance(result, BaseException):
+            checks[name] = f"error: {getattr(result, 'message', None) or type(result).__name__}"
+        else:
+            checks[name] = "ok" if name != "kubernetes" or KUBE in app else "not configured"
+    ready = not any(v.startswith("error") for v in checks.values())
+    return web.json_response({"status": "ready" if ready else "not ready", "checks": checks},
+                             status=200 if ready else 503)
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    """Prometheus exposition of this service's own metrics."""
+    return web.Response(body=generate_latest(request.app[TELEMETRY].registry),
+                        headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def openapi_document(_: web.Request) -> web.Response:
+    """The contract this service implements."""
+    return web.Response(text=OPENAPI_FILE.read_text(), content_type="application/yaml")
+
+
 def create_app(settings: Settings) -> web.Application:
     """Build the app; the database is migrated and clients are opened in the startup context."""
-    app = web.Application(middlewares=[errors_middleware])
+    app = web.Application(middlewares=[context_middleware, errors_middleware])
     app[SETTINGS] = settings
+    telemetry = app[TELEMETRY] = Telemetry()
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url)
         await migrate(engine)
-        kube = KubeBackend(settings.kubeconfig, settings.kube_timeout_s) if settings.kubeconfig else None
-        auth = KeystoneAuth(settings.keystone_url, settings.token_cache_ttl_s, settings.role_permissions)
+        kube = KubeBackend(settings.kubeconfig, settings.kube_timeout_s, telemetry) if settings.kubeconfig else None
+        auth = KeystoneAuth(settings.keystone_url, settings.token_cache_ttl_s, settings.role_permissions,
+                            ca_file=settings.keystone_ca_file, timeout_s=settings.keystone_timeout_s,
+                            telemetry=telemetry)
         app[SERVICE] = DeploymentService(engine, kube, settings)
         app[AUTH] = auth
+        app[ENGINE] = engine
+        task: asyncio.Task[None] | None = None
+        if kube is not None:
+            app[KUBE] = kube
+            if settings.reconcile_interval_s > 0:
+                app[RECONCILER] = Reconciler(
+                    engine, kube, telemetry, interval_s=settings.reconcile_interval_s,
+                    lease_namespace=settings.reconcile_lease_namespace, lease_name=settings.reconcile_lease_name,
+                    lease_duration_s=settings.reconcile_lease_duration_s,
+                )
+                task = asyncio.create_task(app[RECONCILER].run())
         yield
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         await auth.close()
         if kube is not None:
             await kube.aclose()
@@ -302,6 +457,10 @@ def create_app(settings: Settings) -> web.Application:
 
     app.cleanup_ctx.append(lifecycle)
     r = app.router
+    r.add_get("/healthz", healthz, name="healthz")
+    r.add_get("/readyz", readyz, name="readyz")
+    r.add_get("/metrics", metrics_endpoint, name="metrics_endpoint")
+    r.add_get("/openapi.yaml", openapi_document, name="openapi")
     r.add_get(f"{PREFIX}/deployments", list_deployments, name="list")
     r.add_post(f"{PREFIX}/deployments", create_deployment, name="create")
     r.add_get(f"{PREFIX}/deployments/api-schemas", api_schemas, name="api_schemas")  # before {id}

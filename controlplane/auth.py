@@ -14,7 +14,9 @@ from typing import Any
 
 import aiohttp
 
+from controlplane.config import client_ssl
 from controlplane.errors import ApiError, forbidden, unauthorized, unavailable
+from controlplane.telemetry import Telemetry
 
 TOKEN_HEADER = "x-keystone-token"
 
@@ -52,12 +54,25 @@ class Principal:
 class KeystoneAuth:
     """Validates tokens against ``GET /v3/auth/tokens`` and caches the outcome briefly."""
 
-    def __init__(self, keystone_url: str, ttl_s: float, role_permissions: dict[str, frozenset[str]]) -> None:
-        self._url = keystone_url.rstrip("/") + "/auth/tokens"
+    def __init__(
+        self,
+        keystone_url: str,
+        ttl_s: float,
+        role_permissions: dict[str, frozenset[str]],
+        *,
+        ca_file: str = "",
+        timeout_s: float = 10.0,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self._base = keystone_url.rstrip("/")
+        self._url = self._base + "/auth/tokens"
         self._ttl = ttl_s
         self._roles = role_permissions
         self._cache: dict[str, tuple[float, Principal | None]] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._ssl = client_ssl(ca_file)
+        self._timeout_s = timeout_s
+        self._telemetry = telemetry
 
     async def close(self) -> None:
         """Release the HTTP session."""
@@ -67,7 +82,9 @@ class KeystoneAuth:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s), connector=aiohttp.TCPConnector(ssl=self._ssl)
+            )
         return self._session
 
     async def authenticate(self, token: str | None) -> Principal:
@@ -88,7 +105,35 @@ class KeystoneAuth:
             raise unauthorized("invalid or expired token")
         return principal
 
+    async def still_valid(self, token: str) -> bool:
+        """Ask Keystone now, bypassing the cache (long terminal sessions); an unreachable Keystone is not
+        taken as a revocation."""
+        try:
+            return await self._validate(token) is not None
+        except ApiError:
+            return True
+
+    async def check(self) -> None:
+        """Readiness: Keystone answers at all (any status below 500); raises 503 otherwise."""
+        try:
+            async with self._http().get(self._base) as resp:
+                if resp.status >= 500:
+                    raise unavailable(f"identity service (Keystone) answered {resp.status}")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise unavailable(f"identity service (Keystone) unreachable: {type(exc).__name__}") from exc
+
     async def _validate(self, token: str) -> Principal | None:
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            principal = await self._ask(token)
+            outcome = "valid" if principal is not None else "invalid"
+            return principal
+        finally:
+            if self._telemetry is not None:
+                self._telemetry.keystone.labels(outcome=outcome).observe(time.perf_counter() - started)
+
+    async def _ask(self, token: str) -> Principal | None:
         headers = {"X-Auth-Token": token, "X-Subject-Token": token}
         try:
             async with self._http().get(self._url, headers=headers) as resp:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import sys
 
 from aiohttp import web
 
 from controlplane.app import create_app
 from controlplane.catalog import SAMPLE_CATALOG, CatalogError, import_catalog_file
-from controlplane.config import Settings
+from controlplane.config import Settings, SettingsError
 from controlplane.db import make_engine, migrate
+from controlplane.telemetry import configure_logging
 
 
 async def _migrate(settings: Settings) -> str:
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the deployments API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8090)
+    Settings.add_arguments(serve)
     sub.add_parser("migrate", help="create or upgrade the catalog schema")
     cat = sub.add_parser("catalog", help="catalog maintenance")
     cat_sub = cat.add_subparsers(dest="catalog_cmd", required=True)
@@ -47,8 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("file", nargs="?", default=str(SAMPLE_CATALOG))
     args = parser.parse_args(argv)
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = Settings.from_env()
+    try:
+        settings = Settings.resolve(args if args.cmd == "serve" else None)
+    except SettingsError as exc:
+        print(f"sr-controlplane: invalid setting {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_format, settings.log_level)
     if args.cmd == "serve":
         web.run_app(create_app(settings), host=args.host, port=args.port, print=None)
         return 0

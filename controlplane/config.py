@@ -1,10 +1,17 @@
-"""Settings read once from the environment (``SR_CP_*``), so the CLI and tests configure the same way."""
+"""One typed settings object. Every field has an ``SR_CP_*`` env twin and a flag of ``sr-controlplane serve``
+(the gateway's mechanism: flag > environment > default). Invalid values stop the start with the setting's
+name, so a typo in a deployment manifest fails loudly instead of running with a default."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-from dataclasses import dataclass, field
+import ssl
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+ENV_PREFIX = "SR_CP_"
 
 DEFAULT_ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "reader": frozenset({"deployment:read"}),
@@ -14,39 +21,147 @@ DEFAULT_ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
 """Keystone role -> permissions. ``global:read`` lets admins read every project's deployments."""
 
 
+class SettingsError(ValueError):
+    """A setting has an invalid value; the message starts with the setting's name and its env twin."""
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the service needs; ``kubeconfig=None`` means Kubernetes is not configured (503)."""
 
-    database_url: str = "sqlite+aiosqlite:///controlplane.db"
-    keystone_url: str = "http://127.0.0.1:5000/v3"
-    kubeconfig: str | None = None
-    kube_timeout_s: float = 10.0
-    token_cache_ttl_s: float = 30.0
+    database_url: str = field(default="sqlite+aiosqlite:///controlplane.db", metadata=_help(
+        "catalog database: sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST/DB"))
+    keystone_url: str = field(default="http://127.0.0.1:5000/v3", metadata=_help("Keystone v3 endpoint"))
+    keystone_ca_file: str = field(default="", metadata=_help(
+        "CA bundle that signs Keystone's TLS certificate (empty: the system CAs)"))
+    keystone_timeout_s: float = field(default=10.0, metadata=_help("timeout of one token validation"))
+    kubeconfig: str | None = field(default=None, metadata=_help(
+        "kubeconfig of the control plane's cluster identity (empty: Kubernetes not configured, 503)"))
+    kube_timeout_s: float = field(default=10.0, metadata=_help("timeout of one Kubernetes API call"))
+    token_cache_ttl_s: float = field(default=30.0, metadata=_help(
+        "how long a validated token is trusted before Keystone is asked again"))
     role_permissions: dict[str, frozenset[str]] = field(
-        default_factory=lambda: dict(DEFAULT_ROLE_PERMISSIONS)
+        default_factory=lambda: dict(DEFAULT_ROLE_PERMISSIONS),
+        metadata=_help('JSON object: Keystone role -> list of permissions, e.g. {"member": ["deployment:read"]}'),
     )
-    architecture: str = "amd64"
-    probe_timeout_s: float = 3.0
-    probe_concurrency: int = 8
-    prometheus_url: str | None = None
+    architecture: str = field(default="amd64", metadata=_help("workload architecture: amd64 or arm64"))
+    probe_timeout_s: float = field(default=3.0, metadata=_help("timeout of one api-schemas protocol probe"))
+    probe_concurrency: int = field(default=8, metadata=_help("api-schemas probes running at once"))
+    prometheus_url: str | None = field(default=None, metadata=_help(
+        "Prometheus/Thanos query API for deployment metrics (empty: not configured, 503)"))
+    prometheus_ca_file: str = field(default="", metadata=_help(
+        "CA bundle that signs Prometheus' TLS certificate (empty: the system CAs)"))
+    prometheus_timeout_s: float = field(default=10.0, metadata=_help("timeout of one metrics request"))
+    exec_idle_timeout_s: float = field(default=900.0, metadata=_help(
+        "a terminal session with no input and no output for this long is closed"))
+    exec_max_session_s: float = field(default=14400.0, metadata=_help("longest a terminal session may last"))
+    exec_token_recheck_s: float = field(default=300.0, metadata=_help(
+        "how often a terminal session's token is validated again (a revoked token ends the session)"))
+    reconcile_interval_s: float = field(default=30.0, metadata=_help(
+        "seconds between reconciler passes (0: no reconciler in this replica)"))
+    reconcile_lease_namespace: str = field(default="default", metadata=_help(
+        "namespace of the coordination.k8s.io Lease that elects the one reconciling replica"))
+    reconcile_lease_name: str = field(default="sr-controlplane-reconciler", metadata=_help("name of that Lease"))
+    reconcile_lease_duration_s: float = field(default=15.0, metadata=_help(
+        "a leader that has not renewed the Lease for this long is replaced"))
+    log_format: str = field(default="text", metadata=_help("text, or json: one JSON object per line"))
+    log_level: str = field(default="info", metadata=_help("debug, info, warning or error"))
+
+    @staticmethod
+    def env_name(name: str) -> str:
+        """The env twin of a setting."""
+        return ENV_PREFIX + name.upper()
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """One flag per setting on ``serve``."""
+        for f in fields(cls):
+            parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar=f.name.upper(),
+                                help=f"{f.metadata['help']} (env {cls.env_name(f.name)})")
+
+    @classmethod
+    def resolve(cls, args: argparse.Namespace | None = None, environ: dict[str, str] | None = None) -> Settings:
+        """Flag, else env twin, else default; converted to the field's type and checked (SettingsError)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = getattr(args, f.name, None) if args is not None else None
+            if raw is None:
+                raw = env.get(cls.env_name(f.name))
+            if raw is None:
+                continue
+            values[f.name] = _convert(f.name, f.type, raw)
+        settings = cls(**values)
+        settings.validate()
+        return settings
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        """Build settings from ``SR_CP_*`` variables; unknown variables are ignored."""
-        e = dict(os.environ if env is None else env)
-        roles = DEFAULT_ROLE_PERMISSIONS
-        if raw := e.get("SR_CP_ROLE_PERMISSIONS"):
-            roles = {k: frozenset(v) for k, v in json.loads(raw).items()}
-        return cls(
-            database_url=e.get("SR_CP_DATABASE_URL", cls.database_url),
-            keystone_url=e.get("SR_CP_KEYSTONE_URL", cls.keystone_url).rstrip("/"),
-            kubeconfig=e.get("SR_CP_KUBECONFIG") or None,
-            kube_timeout_s=float(e.get("SR_CP_KUBE_TIMEOUT_S", cls.kube_timeout_s)),
-            token_cache_ttl_s=float(e.get("SR_CP_TOKEN_CACHE_TTL_S", cls.token_cache_ttl_s)),
-            role_permissions=dict(roles),
-            architecture=e.get("SR_CP_ARCHITECTURE", cls.architecture),
-            probe_timeout_s=float(e.get("SR_CP_PROBE_TIMEOUT_S", cls.probe_timeout_s)),
-            probe_concurrency=int(e.get("SR_CP_PROBE_CONCURRENCY", cls.probe_concurrency)),
-            prometheus_url=e.get("SR_CP_PROMETHEUS_URL") or None,
-        )
+        """Settings from ``SR_CP_*`` variables alone."""
+        return cls.resolve(None, env)
+
+    def validate(self) -> None:
+        """Reject values no deployment could want; the message names the setting."""
+        for name in ("keystone_timeout_s", "kube_timeout_s", "probe_timeout_s", "prometheus_timeout_s",
+                     "exec_idle_timeout_s", "exec_max_session_s", "exec_token_recheck_s"):
+            if getattr(self, name) <= 0:
+                raise _error(name, f"must be positive, got {getattr(self, name)}")
+        if self.reconcile_interval_s < 0:
+            raise _error("reconcile_interval_s", "must not be negative")
+        if self.reconcile_lease_duration_s <= 0:
+            raise _error("reconcile_lease_duration_s", "must be positive")
+        if self.token_cache_ttl_s < 0:
+            raise _error("token_cache_ttl_s", "must not be negative")
+        if self.probe_concurrency < 1:
+            raise _error("probe_concurrency", "must be at least 1")
+        if self.architecture not in ("amd64", "arm64"):
+            raise _error("architecture", f"{self.architecture!r} is not amd64 or arm64")
+        if self.log_format not in ("text", "json"):
+            raise _error("log_format", f"{self.log_format!r} is not text or json")
+        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise _error("log_level", f"{self.log_level!r} is not debug, info, warning or error")
+        if not self.database_url.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+            raise _error("database_url", "must start with sqlite+aiosqlite:// or postgresql+asyncpg://")
+        for name in ("keystone_url", "prometheus_url"):
+            url = getattr(self, name)
+            if url is not None and not url.startswith(("http://", "https://")):
+                raise _error(name, f"{url!r} is not an http(s) URL")
+        for name in ("keystone_ca_file", "prometheus_ca_file", "kubeconfig"):
+            path = getattr(self, name)
+            if path and not os.path.isfile(path):
+                raise _error(name, f"{path!r} is not a readable file")
+
+
+def _error(name: str, message: str) -> SettingsError:
+    return SettingsError(f"{name} ({Settings.env_name(name)}): {message}")
+
+
+def _convert(name: str, kind: Any, raw: str) -> Any:
+    """A raw flag/env string as the field's type; empty optional strings mean "not configured"."""
+    kinds = str(kind)
+    try:
+        if name == "role_permissions":
+            parsed = json.loads(raw)
+            if not isinstance(parsed, dict) or not all(
+                isinstance(v, list) and all(isinstance(p, str) for p in v) for v in parsed.values()
+            ):
+                raise ValueError("expected a JSON object of role -> list of permission strings")
+            return {str(k): frozenset(v) for k, v in parsed.items()}
+        if "None" in kinds:
+            return raw.strip().rstrip("/") or None if name.endswith("_url") else raw.strip() or None
+        if kinds == "float":
+            return float(raw)
+        if kinds == "int":
+            return int(raw)
+        return raw.rstrip("/") if name.endswith("_url") else raw
+    except ValueError as exc:
+        raise _error(name, f"{raw!r} is not valid: {exc}") from exc
+
+
+def client_ssl(ca_file: str) -> ssl.SSLContext | bool:
+    """TLS verification for an outgoing client: the given CA bundle, or the system CAs (``True``)."""
+    return ssl.create_default_context(cafile=ca_file) if ca_file else True

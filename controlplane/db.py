@@ -89,6 +89,9 @@ deployments = sa.Table(
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("version", sa.Integer, nullable=False, server_default="0"),  # row version (compare-and-set)
+    sa.Column("ready", sa.String(16), nullable=True),  # KServe Ready as last observed by the reconciler
+    sa.Column("conditions", sa.JSON, nullable=True),
+    sa.Column("observed_at", sa.DateTime(timezone=True), nullable=True),  # when the cluster was last read
 )
 
 # One live deployment per workload name and project: this index is what makes concurrent creates of the

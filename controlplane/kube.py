@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +28,10 @@ from controlplane.errors import (
     forbidden,
     internal,
     not_found,
+    unavailable,
     unprocessable,
 )
+from controlplane.telemetry import Telemetry
 
 GROUP = "serving.kserve.io"
 STOP_ANNOTATION = "serving.kserve.io/stop"
@@ -84,7 +87,8 @@ def translate(exc: BaseException, action: str) -> ApiError:
 class KubeBackend:
     """Thin async facade over ``CustomObjectsApi`` and ``CoreV1Api`` for one cluster."""
 
-    def __init__(self, kubeconfig: str, timeout_s: float) -> None:
+    def __init__(self, kubeconfig: str, timeout_s: float, telemetry: Telemetry | None = None) -> None:
+        self._telemetry = telemetry
         cfg = client.Configuration()
         config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         cfg.retries = 0  # an unreachable API must surface as 502 quickly, not after urllib3 retries
@@ -179,10 +183,21 @@ class KubeBackend:
 
     async def _call(self, action: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         kwargs["_request_timeout"] = self._timeout
+        started = time.perf_counter()
+        outcome = "ok"
         try:
             return await asyncio.to_thread(fn, *args, **kwargs)
         except Exception as exc:
-            raise translate(exc, action) from exc
+            err = translate(exc, action)
+            outcome = str(err.status)
+            raise err from exc
+        finally:
+            if self._telemetry is not None:
+                self._telemetry.kube.labels(action=action, outcome=outcome).observe(time.perf_counter() - started)
+
+    async def ping(self) -> None:
+        """Whether the apiserver answers (readiness); raises the translated error when it does not."""
+        await self._call("read version", client.VersionApi(self._api).get_code)
 
     async def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create a workload; returns the stored object (with its uid)."""
@@ -271,3 +286,45 @@ class KubeBackend:
         pods = await self.list_pods(kind, namespace, name)
         phases = [p.status.phase if p.status else None for p in pods]
         return sum(1 for phase in phases if phase not in ("Succeeded", "Failed"))
+
+
+def configured(kube: KubeBackend | None) -> KubeBackend:
+    """The cluster client, or the spec's 503 ``unavailable`` when Kubernetes is not configured."""
+    if kube is None:
+        raise unavailable("Kubernetes is not configured")
+    return kube
+
+
+class ClusterView:
+    """Cluster-wide reads and the coordination Lease, for the reconciler (same client, same translation)."""
+
+    def __init__(self, kube: KubeBackend) -> None:
+        self.kube = kube
+        self._coord = client.CoordinationV1Api(kube._api)
+
+    async def managed_workloads(self, kind: Kind, selector: str) -> list[dict[str, Any]]:
+        """Every workload of ``kind`` in every namespace carrying the label ``selector``."""
+        out = await self.kube._call(
+            f"list {kind.name}", self.kube._custom.list_cluster_custom_object, GROUP, kind.version, kind.plural,
+            label_selector=selector,
+        )
+        return list(out.get("items") or [])
+
+    async def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Lease as a plain dict, ``None`` when it does not exist yet."""
+        try:
+            lease = await self.kube._call("read lease", self._coord.read_namespaced_lease, name, namespace)
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+        out: dict[str, Any] = self.kube._api.sanitize_for_serialization(lease)
+        return out
+
+    async def write_lease(self, namespace: str, body: dict[str, Any]) -> None:
+        """Create the Lease, or replace it under its resourceVersion (409 conflict when someone was faster)."""
+        name = body["metadata"]["name"]
+        if body["metadata"].get("resourceVersion"):
+            await self.kube._call("update lease", self._coord.replace_namespaced_lease, name, namespace, body)
+        else:
+            await self.kube._call("create lease", self._coord.create_namespaced_lease, namespace, body)

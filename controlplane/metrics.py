@@ -10,6 +10,7 @@ when the workload Service exists (before that there is nothing to scrape).
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from typing import Any
 
@@ -88,7 +89,7 @@ async def _range_query(
 
 async def collect(
     base_url: str, namespace: str, pod_names: list[str], range_key: str | None, vllm: bool,
-    timeout_s: float = 10.0,
+    timeout_s: float = 10.0, tls: ssl.SSLContext | bool = True,
 ) -> dict[str, Any]:
     """Run every query in parallel and shape the response; the vLLM block is omitted when empty.
     Without pods there is nothing that could be ours: empty series, Prometheus not asked."""
@@ -99,7 +100,9 @@ async def collect(
     if not pod_names:
         series: list[list[list[float]]] = [[] for _ in qs]
     else:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
+        async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=timeout_s), connector=aiohttp.TCPConnector(ssl=tls)
+        ) as http:
             series = await asyncio.gather(
                 *(_range_query(http, base_url.rstrip("/"), q, start, end, step) for q in qs.values())
             )

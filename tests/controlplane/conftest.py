@@ -563,6 +563,7 @@ def settings_for(env: dict[str, str], db: str, *, kube: bool = True, ttl: float 
         kube_timeout_s=5.0,
         probe_timeout_s=PROBE_TIMEOUT_S,
         token_cache_ttl_s=ttl,
+        reconcile_interval_s=0.0,  # off: tests of the reconciler start their own
     )
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,11 @@ RATES = {"cpu": 0.5, "rx": 1024.0, "tx": 2048.0, "prompt": 180.5, "gen": 72.3, "
 MEMORY = 8589934592
 CHAT_FACTOR = 10.0
 CHAT: dict[str, dict[str, Any]] = {}  # the metered-chat deployment, filled by the fixture
+PROMETHEUS: dict[str, str] = {}  # its https URL, filled by the fixture
+
+
+def env_dir() -> str:
+    return os.environ["SR_TESTENV_DIR"]
 
 
 def _free_port() -> int:
@@ -103,30 +110,35 @@ async def metered(
     d: Path = tmp_path_factory.mktemp("prometheus")
     (d / "data.om").write_text(openmetrics(project.ns, {pod: 1.0, chat_pod: CHAT_FACTOR}, int(time.time())))
     (d / "prometheus.yml").write_text("global:\n  scrape_interval: 1m\n")
+    certs = Path(env_dir()) / "certs"  # served over TLS with the test CA's certificate for 127.0.0.1
+    (d / "web.yml").write_text(f"tls_server_config:\n  cert_file: {certs / 'server.crt'}\n"
+                               f"  key_file: {certs / 'server.key'}\n")
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(d / "data.om"), str(d / "data")],
                    check=True, capture_output=True)
     port = _free_port()
     proc = subprocess.Popen(
         ["prometheus", f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
+         f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={d / 'web.yml'}"],
         stdout=subprocess.DEVNULL, stderr=(d / "prometheus.log").open("w"),
     )
     if run_dir := os.environ.get("SR_TESTENV_DIR"):  # tools/testenv/down.sh stops it even if pytest dies
         with open(Path(run_dir) / "pids", "a") as pids:
             pids.write(f"prometheus {proc.pid}\n")
-    url = f"http://127.0.0.1:{port}"
+    url = f"https://127.0.0.1:{port}"
+    tls = ssl.create_default_context(cafile=str(certs / "ca.crt"))
     try:
         async with aiohttp.ClientSession() as http:
             for _ in range(100):
                 try:
-                    async with http.get(f"{url}/-/ready") as r:
+                    async with http.get(f"{url}/-/ready", ssl=tls) as r:
                         if r.status == 200:
                             break
                 except aiohttp.ClientError:
                     pass
                 await asyncio.sleep(0.1)
         settings = settings_for(env, catalog_db)
-        tc = await make_client(type(settings)(**{**settings.__dict__, "prometheus_url": url}))
+        tc = await make_client(replace(settings, prometheus_url=url, prometheus_ca_file=str(certs / "ca.crt")))
+        PROMETHEUS["url"] = url
         yield Api(tc), project, served, quiet
         await tc.close()
     finally:
@@ -205,3 +217,15 @@ async def test_metrics_status_codes(
         assert err["error"] == "prometheus_error" and "Prometheus query failed" in err["message"]
     finally:
         await dead.close()
+
+
+async def test_prometheus_over_tls_is_trusted_only_with_its_ca_configured(
+    env: dict[str, str], catalog_db: str, metered: tuple[Api, Project, dict[str, Any], dict[str, Any]]
+) -> None:
+    _, project, served, _ = metered
+    system_cas = await make_client(replace(settings_for(env, catalog_db), prometheus_url=PROMETHEUS["url"]))
+    try:
+        _, err = await Api(system_cas).call("GET", METRICS, project.member, expect=502, id=served["id"])
+        assert err["error"] == "prometheus_error" and "Certificate" in err["message"], err
+    finally:
+        await system_cas.close()

@@ -21,11 +21,13 @@ async def test_renaming_changes_the_catalog_only_and_never_touches_kubernetes(
     d = await api.create(project.member, **vllm("keep-name"))
     await cluster.set_status("LLMInferenceService", project.ns, "keep-name",
                              {"conditions": [{"type": "Ready", "status": "True"}]})
-    await api.call("GET", PATH, project.member, expect=200, id=d["id"])  # status -> ready
+    _, live = await api.call("GET", PATH, project.member, expect=200, id=d["id"])
+    assert live["status"] == "ready"
     before = await cluster.get("LLMInferenceService", project.ns, "keep-name")
     _, body = await api.call("PATCH", PATH, project.member, json={"name": "  New Name ", "description": "x"},
                              expect=200, id=d["id"])
-    assert (body["name"], body["description"], body["status"]) == ("New Name", "x", "ready")
+    # The catalog's status: the detail read wrote nothing, and no reconciler runs here.
+    assert (body["name"], body["description"], body["status"]) == ("New Name", "x", "pending")
     assert body["spec"]["k8sName"] == "keep-name" and "ready" not in body
     after = await cluster.get("LLMInferenceService", project.ns, "keep-name")
     assert before is not None and after is not None

@@ -123,6 +123,9 @@ rules:
   - apiGroups: [""]
     resources: [pods/exec]
     verbs: [create, get]
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    verbs: [get, create, update]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

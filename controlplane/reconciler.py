@@ -1,0 +1,198 @@
+"""Background reconciliation: keeps each record's status, ``ready``, conditions and endpoint in step with
+the cluster (so the list is fresh without anyone opening a detail page), finishes deletes that stopped
+half-way, and reports records whose workload vanished and workloads that have no record.
+
+Several replicas may run; only the holder of a ``coordination.k8s.io`` Lease reconciles. The holder renews
+it every pass; another replica takes over once ``lease_duration_s`` passed without a renewal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from controlplane import workload
+from controlplane.db import deployments, utcnow
+from controlplane.errors import ApiError
+from controlplane.kube import KINDS, ClusterView, KubeBackend
+from controlplane.store import DeploymentStore, StaleRow, namespace, workload_kind
+from controlplane.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={workload.MANAGED_BY}"
+
+
+def live_view(obj: dict[str, Any], live_pods: int | None) -> dict[str, Any]:
+    """What a workload object says, as catalog values: status, stopped, ready, conditions, endpoint.
+    ``live_pods`` is only needed (and only asked for) when a stop was requested."""
+    conds = workload.conditions(obj)
+    ready = workload.ready_value(conds)
+    stopped = False
+    if workload.is_stop_requested(obj):
+        stopped = live_pods == 0
+        status = "stopped" if stopped else "stopping"
+    else:
+        status = "ready" if ready == "True" else "pending"
+    ep = workload.endpoint(obj) if status in ("ready", "stopping") else None
+    return {"status": status, "stopped": stopped, "ready": ready, "conditions": conds or None, "endpoint": ep}
+
+
+def _rfc3339_micro(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElection:
+    """One holder of a Lease at a time; ``acquire`` is called every pass and answers "am I the leader"."""
+
+    def __init__(self, cluster: ClusterView, namespace: str, name: str, duration_s: float, identity: str) -> None:
+        self.cluster, self.namespace, self.name = cluster, namespace, name
+        self.duration_s, self.identity = duration_s, identity
+
+    async def acquire(self) -> bool:
+        now = datetime.now(UTC)
+        lease = await self.cluster.read_lease(self.namespace, self.name)
+        spec: dict[str, Any] = (lease or {}).get("spec") or {}
+        holder = spec.get("holderIdentity")
+        renewed = spec.get("renewTime")
+        expired = True
+        if holder and renewed:
+            last = datetime.fromisoformat(str(renewed).replace("Z", "+00:00"))
+            expired = now - last > timedelta(seconds=float(spec.get("leaseDurationSeconds") or self.duration_s))
+        if lease is not None and holder not in (None, self.identity) and not expired:
+            return False
+        body: dict[str, Any] = {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": max(1, round(self.duration_s)),
+                "renewTime": _rfc3339_micro(now),
+                "acquireTime": spec.get("acquireTime") if holder == self.identity else _rfc3339_micro(now),
+                "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1),
+            },
+        }
+        if lease is not None:
+            body["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
+        try:
+            await self.cluster.write_lease(self.namespace, body)
+        except ApiError as err:
+            if err.status == 409:
+                return False  # another replica renewed or took it first
+            raise
+        return True
+
+
+class Reconciler:
+    """Runs :meth:`reconcile_once` every ``interval_s`` while this replica holds the Lease."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        kube: KubeBackend,
+        telemetry: Telemetry,
+        *,
+        interval_s: float,
+        lease_namespace: str,
+        lease_name: str,
+        lease_duration_s: float,
+    ) -> None:
+        self.store = DeploymentStore(engine)
+        self.kube = kube
+        self.cluster = ClusterView(kube)
+        self.interval_s = interval_s
+        identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.election = LeaderElection(self.cluster, lease_namespace, lease_name, lease_duration_s, identity)
+        self.telemetry = telemetry
+        self.last_success: float | None = None
+        self.started = time.monotonic()
+        self.found: dict[str, list[str]] = {"records_without_workload": [], "workloads_without_record": []}
+        telemetry.reconcile_lag.set_function(self.lag)
+
+    def lag(self) -> float:
+        """Seconds since the last complete pass (since start while none completed); 0 when not the leader."""
+        if not self.telemetry.leader._value.get():
+            return 0.0
+        return time.monotonic() - (self.last_success or self.started)
+
+    async def run(self) -> None:
+        """The background loop; errors are logged and retried at the next tick, never fatal."""
+        while True:
+            try:
+                leader = await self.election.acquire()
+                self.telemetry.leader.set(1 if leader else 0)
+                if leader:
+                    await self.reconcile_once()
+                    self.last_success = time.monotonic()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reconcile pass failed; retrying in %.1f s", self.interval_s)
+            await asyncio.sleep(self.interval_s)
+
+    async def reconcile_once(self) -> None:
+        """One pass over every live Kubernetes-backed record and every managed workload."""
+        async with self.store.db.connect() as conn:
+            rows = (await conn.execute(sa.select(deployments).where(
+                deployments.c.backend_catalog == "k8s"))).all()
+        objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for kind in KINDS.values():
+            for obj in await self.cluster.managed_workloads(kind, MANAGED_SELECTOR):
+                meta = obj.get("metadata") or {}
+                objects[(kind.name, meta.get("namespace", ""), meta.get("name", ""))] = obj
+        live_ids = {r.id for r in rows if r.deleted_at is None}
+        deleted_ids = {r.id for r in rows if r.deleted_at is not None}
+        vanished: list[str] = []
+        for row in rows:
+            row_kind = workload_kind(row)
+            if row.deleted_at is not None or row_kind is None:
+                continue
+            found = objects.get((row_kind.name, namespace(row.project_id), row.k8s_name))
+            if found is None or (row.backend_uid and (found.get("metadata") or {}).get("uid") != row.backend_uid):
+                vanished.append(row.id)
+                continue
+            await self._sync(row, found)
+        orphans: list[str] = []
+        for (kind_name, ns, name), obj in objects.items():
+            owner = workload.deployment_id(obj)
+            if owner in live_ids:
+                continue
+            if owner in deleted_ids:  # a delete that stopped half-way: finish it
+                log.warning("reconciler: deleting workload %s/%s of deleted deployment %s", ns, name, owner)
+                await self.kube.delete(KINDS[kind_name], ns, name, (obj.get("metadata") or {}).get("uid"))
+            else:
+                orphans.append(f"{ns}/{name}")
+        if vanished or orphans:
+            log.warning("reconciler: %d record(s) without workload %s, %d workload(s) without record %s",
+                        len(vanished), vanished, len(orphans), orphans)
+        self.found = {"records_without_workload": vanished, "workloads_without_record": orphans}
+        self.telemetry.drift.labels(kind="records_without_workload").set(len(vanished))
+        self.telemetry.drift.labels(kind="workloads_without_record").set(len(orphans))
+
+    async def _sync(self, row: Any, obj: dict[str, Any]) -> None:
+        """Store what the workload says when it differs from the record (row-version guarded)."""
+        kind = workload_kind(row)
+        assert kind is not None
+        pods = None
+        if workload.is_stop_requested(obj):
+            pods = await self.kube.count_live_pods(kind, namespace(row.project_id), row.k8s_name)
+        view = live_view(obj, pods)
+        spec = dict(row.spec)
+        if (row.status, bool(row.stopped), row.ready, row.conditions, spec.get("endpoint")) == (
+            view["status"], view["stopped"], view["ready"], view["conditions"], view["endpoint"]
+        ):
+            return
+        spec["endpoint"] = view["endpoint"]
+        with contextlib.suppress(StaleRow):  # a user write came first; the next pass reads the new row
+            await self.store.write(row, {"status": view["status"], "stopped": view["stopped"], "spec": spec,
+                                         "ready": view["ready"], "conditions": view["conditions"],
+                                         "observed_at": utcnow()})

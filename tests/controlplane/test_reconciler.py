@@ -1,0 +1,144 @@
+"""The background reconciler against the real apiserver: the list follows the cluster without anyone
+opening a detail page, drift is found (records without workload, workloads without record), deletes left
+half-way are finished, and of several replicas exactly one reconciles, elected with a Lease."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from aiohttp.test_utils import TestClient
+from kubernetes import client
+
+from controlplane.app import RECONCILER
+from controlplane.db import deployments, make_engine
+from controlplane.reconciler import Reconciler
+from tests.controlplane.conftest import Api, Cluster, Project, make_client, settings_for, vllm
+
+pytestmark = pytest.mark.asyncio
+KIND = "LLMInferenceService"
+MANAGED = {"app.kubernetes.io/managed-by": "sr-controlplane"}
+ID_LABEL = "sr-gateway.io/deployment-id"
+
+
+async def until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+    """Wait on observed state (no fixed sleeps): poll ``check`` until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@asynccontextmanager
+async def replicas(
+    env: dict[str, str], db: str, lease: str, count: int, duration_s: float = 2.0
+) -> AsyncIterator[list[TestClient[Any, Any]]]:
+    settings = replace(settings_for(env, db), reconcile_interval_s=0.2, reconcile_lease_name=lease,
+                       reconcile_lease_duration_s=duration_s)
+    clients = [await make_client(settings) for _ in range(count)]
+    try:
+        yield clients
+    finally:
+        for tc in clients:
+            await tc.close()
+
+
+def reconciler(tc: TestClient[Any, Any]) -> Reconciler:
+    return tc.server.app[RECONCILER]
+
+
+def is_leader(tc: TestClient[Any, Any]) -> bool:
+    return bool(reconciler(tc).telemetry.leader._value.get())
+
+
+async def test_the_list_follows_the_cluster_without_anyone_reading_the_detail(
+    env: dict[str, str], catalog_db: str, project: Project, cluster: Cluster
+) -> None:
+    async with replicas(env, catalog_db, f"lease-{uuid.uuid4().hex[:8]}", 1) as (tc,):
+        api = Api(tc)
+        d = await api.create(project.member, **vllm("fresh"))
+        url = "http://fresh.svc"
+        await cluster.set_status(KIND, project.ns, "fresh", {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Up"}], "addresses": [{"url": url}]})
+
+        async def listed() -> dict[str, Any] | None:
+            _, body = await api.call("GET", "/deployments", project.member, expect=200)
+            item = next(x for x in body["items"] if x["id"] == d["id"])
+            return item if item["status"] == "ready" and item["spec"].get("endpoint") == url else None
+
+        item = await until(listed, "the list to show the workload ready")
+        assert "ready" not in item and "conditions" not in item  # the list still carries no live fields
+        engine = make_engine(catalog_db)
+        async with engine.connect() as conn:
+            row = (await conn.execute(sa.select(deployments).where(deployments.c.id == d["id"]))).one()
+        await engine.dispose()
+        assert row.ready == "True" and row.conditions == [{"type": "Ready", "status": "True", "reason": "Up"}]
+        assert row.observed_at is not None
+
+        await api.call("POST", "/deployments/{id}/stop", project.member, expect=200, id=d["id"])
+        await until(listed_status(api, project, d["id"], "stopped"), "the list to show the stop finished")
+
+
+def listed_status(api: Api, project: Project, dep_id: str, status: str) -> Callable[[], Any]:
+    async def check() -> bool:
+        _, body = await api.call("GET", "/deployments", project.member, expect=200)
+        return any(x["id"] == dep_id and x["status"] == status for x in body["items"])
+    return check
+
+
+async def test_drift_is_reported_and_a_delete_left_half_way_is_finished(
+    env: dict[str, str], catalog_db: str, api: Api, api_nokube: Api, project: Project, cluster: Cluster
+) -> None:
+    gone = await api.create(project.member, **vllm("gone"))
+    await cluster.delete(KIND, project.ns, "gone")  # record without workload
+    await cluster.create(KIND, project.ns, "stray", labels={**MANAGED, ID_LABEL: "deployment-nobody"})
+    kept = await api.create(project.member, **vllm("kept-behind"))
+    # Deleted where Kubernetes is not configured: the record is marked deleted, the workload stays.
+    await api_nokube.call("DELETE", "/deployments/{id}", project.member, expect=204, id=kept["id"])
+    assert await cluster.get(KIND, project.ns, "kept-behind") is not None
+
+    async with replicas(env, catalog_db, f"lease-{uuid.uuid4().hex[:8]}", 1) as (tc,):
+        rec = reconciler(tc)
+        await until(lambda: gone["id"] in rec.found["records_without_workload"]
+                    and f"{project.ns}/stray" in rec.found["workloads_without_record"], "drift to be reported")
+        await until(lambda: _absent(cluster, project.ns, "kept-behind"), "the half-done delete to be finished")
+        async with tc.get("/metrics") as resp:
+            text = await resp.text()
+        assert 'sr_cp_reconciler_drift{kind="records_without_workload"}' in text
+        assert "sr_cp_reconciler_lag_seconds" in text and "sr_cp_reconciler_leader 1.0" in text
+    assert await cluster.get(KIND, project.ns, "stray") is not None  # never touch what has no record
+
+
+async def _absent(cluster: Cluster, ns: str, name: str) -> bool:
+    return await cluster.get(KIND, ns, name) is None
+
+
+async def test_of_two_replicas_exactly_one_reconciles_and_the_other_takes_over_when_it_goes(
+    env: dict[str, str], catalog_db: str, cluster: Cluster
+) -> None:
+    lease = f"lease-{uuid.uuid4().hex[:8]}"
+    coord = client.CoordinationV1Api(cluster.api)
+    async with replicas(env, catalog_db, lease, 2, duration_s=1.0) as pair:
+        await until(lambda: sum(is_leader(tc) for tc in pair) == 1, "one leader")
+        for _ in range(5):  # and it stays one over several passes
+            assert sum(is_leader(tc) for tc in pair) == 1
+            await asyncio.sleep(0.2)
+        leader, follower = sorted(pair, key=is_leader, reverse=True)
+        obj = await cluster.run(coord.read_namespaced_lease, lease, "default")
+        assert obj.spec.holder_identity == reconciler(leader).election.identity
+        await leader.close()
+        await until(lambda: is_leader(follower), "the follower to take over", timeout=10)
+        obj = await cluster.run(coord.read_namespaced_lease, lease, "default")
+        assert obj.spec.holder_identity == reconciler(follower).election.identity
