@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from typing import Any, Literal
 
 import numpy as np
@@ -223,5 +224,39 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
     return response
 
 
+# -- Cohere's v2 shape ----------------------------------------------------------------------------------------------
+class CohereV2Request(Strict):
+    """`POST /v2/rerank` as Cohere's ClientV2 sends it. Cohere truncates long documents rather than rejecting them,
+    so documents are read up to `max_tokens_per_doc` (default: the model's limit) with overflow truncate."""
+
+    model: StrictStr
+    query: StrictStr = Field(min_length=1)
+    documents: list[StrictStr] = Field(min_length=1)
+    top_n: StrictInt | None = Field(default=None, ge=1)
+    max_tokens_per_doc: StrictInt | None = Field(default=None, ge=1)
+    priority: StrictInt | None = None  # accepted for compatibility; this server has one priority class
+
+
+async def rerank_v2(runtime: Runtime, model: ServedModel, req: CohereV2Request, call: Call | None = None,
+                    ) -> dict[str, Any]:
+    limit = model.card.limits.max_input_tokens
+    inner = RerankRequest(model=req.model, query=req.query, documents=req.documents, top_n=req.top_n,
+                          options=TextOptions(overflow="truncate", max_tokens=min(req.max_tokens_per_doc or limit,
+                                                                                   limit)))
+    answer = await rerank(runtime, model, inner, call)
+    failed = [r for r in answer["results"] if "error" in r]
+    if failed:  # Cohere's shape has no per-document errors: the first failure fails the request
+        first = failed[0]
+        code = "invalid_request" if first["error"] in ("invalid_input", "max_length_exceeded") else (
+            "not_ready" if first["error"] == "unavailable" else "internal_error")
+        raise ApiError(code, f"document {first['index']}: {first['error']}: {first['message']}")
+    return {"id": uuid.uuid4().hex,
+            "results": [{"index": r["index"], "relevance_score": r["relevance_score"]} for r in answer["results"]],
+            "meta": {"api_version": {"version": "2"},
+                     "billed_units": {"search_units": 1},
+                     "tokens": {"input_tokens": answer["usage"]["input_tokens"], "output_tokens": 0}}}
+
+
 def routes() -> list[web.RouteDef]:
-    return [surface_route("/v1/rerank", "rerank", RerankRequest, rerank)]
+    return [surface_route("/v1/rerank", "rerank", RerankRequest, rerank),
+            surface_route("/v2/rerank", "rerank", CohereV2Request, rerank_v2)]
