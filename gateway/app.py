@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -18,18 +19,30 @@ from .surfaces import bundle, classify, embeddings, info, rerank
 from .surfaces.common import RUNTIME_KEY, error_response
 
 LIFECYCLE_KEY = web.AppKey("lifecycle", Lifecycle)
+log = logging.getLogger("sr_gateway.http")
 
 
 @web.middleware
 async def json_errors(request: web.Request,
                       handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    """Unknown paths and wrong methods answer in the API's error format, not aiohttp's HTML."""
+    """Every error of every route answers in the API's JSON format, never aiohttp's HTML page: unknown paths
+    (404), wrong methods (405, with the methods the path allows in `Allow`, RFC 9110), and a crash in any handler
+    (500; the surfaces render their own errors with Server-Timing before this)."""
     try:
         return await handler(request)
-    except web.HTTPMethodNotAllowed:
-        return error_response(ApiError("invalid_request", "method not allowed", status=405))
+    except web.HTTPMethodNotAllowed as exc:
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        response = error_response(ApiError("invalid_request", f"method {request.method} not allowed on "
+                                                              f"{request.path}; allowed: {allowed}", status=405))
+        response.headers["Allow"] = allowed
+        return response
     except web.HTTPNotFound:
         return error_response(ApiError("invalid_request", f"no route {request.path}", status=404))
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(ApiError("internal_error", "internal error; see the gateway log"))
 
 
 def create_app(settings: Settings, *, start_models: bool = True) -> web.Application:

@@ -31,8 +31,9 @@ class Metrics:
                                     ["model"], buckets=_ROWS, registry=r)
         self.batch_tokens = Histogram("sr_gateway_batch_tokens", "Real tokens per Triton execute()",
                                       ["model"], buckets=_TOKENS, registry=r)
-        self.queue_depth = Gauge("sr_gateway_queue_depth", "Inputs submitted to Triton and not yet answered, per Triton model",
-                                 ["model"], registry=r)
+        self.queue_depth = Gauge("sr_gateway_queue_depth",
+                                 "Inputs submitted to Triton and not yet answered, per Triton model", ["model"],
+                                 registry=r)
         self.ready = Gauge("sr_gateway_ready", "1 when every model is ready", registry=r)
         self.model_ready = Gauge("sr_gateway_model_ready", "1 when the model is ready", ["model"], registry=r)
         self.model_info = Gauge("sr_gateway_model_info", "Served model identity (value 1)",

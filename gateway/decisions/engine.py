@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
-from ..errors import ApiError, ItemError
+from ..errors import ApiError, ItemCode, ItemError, QuestionCode
 from ..runtime import Runtime, ServedModel
 from ..surfaces.common import Strict, parse, response_meta
 from ..timing import Timing
@@ -54,7 +54,7 @@ class DecisionRequest(Strict):
 class Failure:
     question: str
     type: str | None
-    code: str
+    code: ItemCode | QuestionCode
     message: str
     reason: str | None = None
 

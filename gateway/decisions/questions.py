@@ -14,6 +14,7 @@ from typing import Any, Literal
 import orjson
 
 from ..cards import DecisionSpec
+from ..errors import QuestionCode
 
 TYPES = ("choice", "noul", "score", "set", "span", "box", "track")
 MIN_OPTIONS, MAX_OPTIONS = 2, 255
@@ -65,11 +66,11 @@ class Invalid:
     id: str
     type: str | None
     message: str
-    code: str = "invalid_question"
+    code: QuestionCode = "invalid_question"
 
 
 class QuestionError(ValueError):
-    def __init__(self, message: str, code: str = "invalid_question") -> None:
+    def __init__(self, message: str, code: QuestionCode = "invalid_question") -> None:
         super().__init__(message)
         self.code = code
 
@@ -185,7 +186,8 @@ def _validate(qid: str, raw: dict[str, Any], spec: DecisionSpec, model_id: str) 
     if qtype not in TYPES:
         raise QuestionError(f"type must be one of {list(spec.question_types)}")
     if qtype in ("box", "track") and qtype not in spec.question_types:
-        raise QuestionError(f"model {model_id} does not answer {qtype} questions", f"{qtype}_unsupported")
+        raise QuestionError(f"model {model_id} does not answer {qtype} questions",
+                            "box_unsupported" if qtype == "box" else "track_unsupported")
     if qtype not in spec.question_types:
         raise QuestionError(f"model {model_id} does not answer {qtype} questions; it answers "
                             f"{list(spec.question_types)}")

@@ -20,7 +20,7 @@ import numpy as np
 from aiohttp import web
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
-from ..errors import ApiError, ItemError
+from ..errors import ApiError, ErrorCode, ItemError
 from ..runtime import Runtime, ServedModel
 from ..text import Encoded, InputTooLong, TextEncoder, UnsupportedTokenizer
 from .common import (
@@ -247,7 +247,7 @@ async def rerank_v2(runtime: Runtime, model: ServedModel, req: CohereV2Request, 
     failed = [r for r in answer["results"] if "error" in r]
     if failed:  # Cohere's shape has no per-document errors: the first failure fails the request
         first = failed[0]
-        code = "invalid_request" if first["error"] in ("invalid_input", "max_length_exceeded") else (
+        code: ErrorCode = "invalid_request" if first["error"] in ("invalid_input", "max_length_exceeded") else (
             "not_ready" if first["error"] == "unavailable" else "internal_error")
         raise ApiError(code, f"document {first['index']}: {first['error']}: {first['message']}")
     return {"id": uuid.uuid4().hex,
