@@ -156,7 +156,7 @@ def response_meta(model: ServedModel, queue_ms: float, forward_ms: float) -> dic
     """`meta` of a response (with options.return_meta): what answered, on what, and how long the model took."""
     card = model.card
     return {"model_id": model.id, "revision": card.revision, "model_sha256": card.model_sha256,
-            "numerics": card.numerics, "engine": ENGINE, "accelerator": DEVICE, "device": DEVICE,
+            "dtype": card.dtype, "numerics": card.numerics, "engine": ENGINE, "accelerator": DEVICE, "device": DEVICE,
             "queue_ms": round(queue_ms, 3), "compute_ms": round(forward_ms, 3)}
 
 

@@ -31,3 +31,18 @@ def test_a_wrong_method_is_405_with_allow_and_an_unknown_path_404_both_in_json(h
     assert "POST" in wrong.headers["Allow"]
     unknown = http.post("/v1/nothing", json={})
     assert unknown.status_code == 404 and unknown.json()["error"]["message"] == "no route /v1/nothing"
+
+
+def test_a_body_error_shows_its_time_in_parse_and_a_validation_error_in_tokenize(http: httpx.Client) -> None:
+    from .contract import timings
+
+    broken = http.post("/v1/embeddings", content=b'{"input": ' + b'"x",' * 20000, headers={
+        "Content-Type": "application/json"})
+    assert broken.status_code == 400 and timings(broken)["parse"] > 0
+    invalid = http.post("/v1/embeddings", json={"model": "all-minilm-l6-v2", "input": 5})
+    assert invalid.status_code == 400 and timings(invalid)["tokenize"] > 0
+
+
+def test_meta_names_the_precision_the_model_ran_at(http: httpx.Client) -> None:
+    r = http.post("/v1/embeddings", json={"model": "all-minilm-l6-v2", "input": "x", "options": {"return_meta": True}})
+    assert r.json()["meta"]["dtype"] == "fp32"
