@@ -119,6 +119,7 @@ def surface(endpoint: str) -> Callable[[Handler], Callable[[web.Request], Awaita
             status = 200
             try:
                 mark = time.perf_counter()
+                call.timing.begin("parse")
                 call.body = await read_json(request, runtime.settings.max_request_bytes)
                 call.timing.add("parse", mark)
                 result = await fn(call)
@@ -127,6 +128,7 @@ def surface(endpoint: str) -> Callable[[Handler], Callable[[web.Request], Awaita
                 call.timing.add("serialize", mark)
                 error: ApiError | None = None
             except ApiError as exc:
+                call.timing.settle()  # a body or validation error's time shows in parse / tokenize
                 error, status = exc, exc.status
             except asyncio.CancelledError:
                 call.timing.finish()
@@ -190,6 +192,7 @@ def surface_route(path: str, endpoint: str, request: type[BaseModel], work: Work
     @surface(endpoint)
     async def handler(call: Call) -> dict[str, Any]:
         mark = time.perf_counter()
+        call.timing.begin("tokenize")
         req = parse(request, call.body)
         model = call.runtime.resolve(getattr(req, "model", None), endpoint)
         call.timing.add("tokenize", mark)
