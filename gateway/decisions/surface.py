@@ -23,6 +23,7 @@ async def create_decisions(call: Call) -> dict[str, Any]:
     import time
 
     mark = time.perf_counter()
+    call.timing.begin("tokenize")
     req = parse_request(call.body)
     model = call.runtime.resolve(req.model, "decisions")
     call.timing.add("tokenize", mark)

@@ -133,6 +133,7 @@ def routes(schema: str) -> list[web.RouteDef]:
     @surface("systemone")
     async def create_systemone(call: Call) -> dict[str, Any]:
         try:
+            call.timing.begin("tokenize")
             p = _plan(call.runtime, schema, call.body, call.timing, _long_context(call.request))
             early = invalid_before_running(schema, p)
             if early is not None:

@@ -121,6 +121,7 @@ async def _run(call: Call, task: Task, deadline: float | None) -> tuple[dict[str
 @surface("bundle")
 async def create_bundle(call: Call) -> dict[str, Any]:
     mark = time.perf_counter()
+    call.timing.begin("tokenize")
     tasks, deadline = _tasks(call.body, call.runtime.settings.max_bundle_tasks)
     call.timing.add("tokenize", mark)
     with job_group():  # tasks for one model are one job group: identical inputs across them run once
