@@ -189,8 +189,8 @@ def _answer(model: ServedModel, head: HeadSpec, item: Item, threshold: float, re
     results = [j.result.values for j in item.jobs if j.result is not None]
     if head.kind == "token":
         probs, offsets = token_probabilities(item, results)
-        if not np.all(np.isfinite(probs)):
-            raise ApiError("internal_error", "the model produced a non-finite number")
+        if not np.all(np.isfinite(probs)):  # fails this input only (spec: invalid_model_output)
+            return {"error": "invalid_model_output", "message": "the model produced a non-finite number"}
         out["spans"] = [s.as_dict(item.text) for s in decode_spans(probs, offsets, head.labels, threshold)]
         if return_tokens:
             out["tokens"] = [{"start": s, "end": e, "probabilities": {lab: round(float(p), 6)
@@ -200,8 +200,8 @@ def _answer(model: ServedModel, head: HeadSpec, item: Item, threshold: float, re
     else:
         per_window = [_sequence_scores(model, head, v) for v in results]
         reduced = np.max(np.stack(per_window), axis=0)
-        if not np.all(np.isfinite(reduced)):
-            raise ApiError("internal_error", "the model produced a non-finite number")
+        if not np.all(np.isfinite(reduced)):  # fails this input only (spec: invalid_model_output)
+            return {"error": "invalid_model_output", "message": "the model produced a non-finite number"}
         key = "probabilities" if head.kind == "sequence" else "scores"
         out[key] = {label: round(float(p), 6) for label, p in zip(head.labels, reduced, strict=True)}
         if head.kind == "sequence":
@@ -256,7 +256,7 @@ async def classify(runtime: Runtime, model: ServedModel, req: ClassifyRequest, c
         answer = _answer(model, head, item, threshold, req.options.return_tokens)
         runtime.metrics.child(runtime.metrics.inputs, model.id, answer.get("error", "ok")).inc()
         if "input" in answer:
-            input_tokens += answer["input"]["processed_tokens"]
+            input_tokens += answer["input"]["tokens"]  # tokens read, like every surface (spec: usage)
         results.append({"index": index, **answer})
     response: dict[str, Any] = {"model": model.id, "head": head.name, "kind": head.kind, "labels": head.labels,
                                 "results": results, "usage": {"input_tokens": input_tokens, "output_tokens": 0}}

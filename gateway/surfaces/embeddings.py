@@ -65,7 +65,7 @@ def _vector(values: np.ndarray, dimension: int, normalized: bool, fmt: str) -> A
             values = values / max(float(np.linalg.norm(values)), 1e-12)
     values = values.astype("<f4", copy=False)
     if not np.all(np.isfinite(values)):
-        raise ApiError("internal_error", "the model produced a non-finite number")
+        raise ItemError("invalid_model_output", "the model produced a non-finite number")
     if fmt == "base64":
         return base64.b64encode(values.tobytes()).decode("ascii")
     return values  # serialised by orjson straight from the float32 array
@@ -97,7 +97,13 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
             entry.update(error=error.code, message=error.message)
             runtime.metrics.child(runtime.metrics.inputs, model.id, error.code).inc()
         else:
-            entry["embedding"] = _vector(job.result.values, dimension, spec.normalized, req.encoding_format)
+            try:
+                entry["embedding"] = _vector(job.result.values, dimension, spec.normalized, req.encoding_format)
+            except ItemError as exc:  # a non-finite output fails this input only
+                entry.update(error=exc.code, message=exc.message)
+                runtime.metrics.child(runtime.metrics.inputs, model.id, exc.code).inc()
+                data.append(entry)
+                continue
             entry["input"] = input_usage(item)
             prompt_tokens += item.tokens
             runtime.metrics.child(runtime.metrics.inputs, model.id, "ok").inc()

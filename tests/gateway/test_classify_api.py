@@ -198,3 +198,10 @@ def test_obvious_injections_score_high_and_benign_prompts_low(http: httpx.Client
     assert all(s > 0.9 for s in scores[:3]), scores
     assert all(s < 0.1 for s in scores[3:]), scores
     assert [x["label"] for x in r["results"]] == ["injection"] * 3 + ["safe"] * 3
+
+
+def test_usage_counts_the_tokens_read_not_the_tokens_processed_in_overlapping_windows(http: httpx.Client) -> None:
+    r = post(http, {"model": PII, "input": ["My name is Tom Baker. " * 120], "options": {"overflow": "window"}})
+    usage = r["results"][0]["input"]
+    assert usage["windows"] > 1 and usage["processed_tokens"] > usage["tokens"]
+    assert r["usage"]["input_tokens"] == usage["tokens"]

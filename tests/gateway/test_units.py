@@ -153,3 +153,22 @@ def test_a_scores_head_gives_independent_sigmoids_selected_by_threshold_and_max_
     assert answer["scores"] == {k: round(float(v), 6) for k, v in zip("abc", sig, strict=True)}
     assert answer["selected"] == ["a", "b"]  # per-label max: sigmoid(2), sigmoid(1) ≥ 0.5 > sigmoid(-0.5)
     assert [w["start"] for w in answer["windows"]] == [0, 2] and "probabilities" not in answer
+
+
+def test_a_non_finite_model_output_fails_only_that_input() -> None:
+    from gateway.surfaces.classify import Item, _answer
+    from gateway.surfaces.embeddings import _vector
+    from gateway.surfaces.forward import Job
+    from gateway.triton import Execution, Result
+
+    model = Runtime(Settings(model_repository=REPO), discover(REPO, ["prompt-guard"]), Metrics()).models["prompt-guard"]
+    assert model.card.heads is not None
+    head = model.card.heads[0]
+    nan = Result(np.asarray([np.nan, 1.0], dtype=np.float32), Execution(0, 0, 1, 3), 0, 0)
+    answer = _answer(model, head, Item(jobs=[Job([1, 2, 3], result=nan)], usage={"tokens": 3}), 0.5, False)
+    assert answer == {"error": "invalid_model_output", "message": "the model produced a non-finite number"}
+    from gateway.errors import ItemError
+
+    with pytest.raises(ItemError) as err:
+        _vector(np.asarray([np.inf, 0.0], dtype=np.float32), 2, True, "float")
+    assert err.value.code == "invalid_model_output"
