@@ -20,7 +20,8 @@ def _serve(args: argparse.Namespace) -> int:
     settings = Settings.resolve(args)
     configure(settings.log_level, settings.log_format)
     app = create_app(settings)
-    app.middlewares.insert(0, request_log)  # outermost: sees the final status of every request
+    if settings.log_format == "json":  # text keeps the hot path free of a per-request log line
+        app.middlewares.insert(0, request_log)  # outermost: sees the final status of every request
     web.run_app(app, host=settings.host, port=settings.port, shutdown_timeout=settings.shutdown_seconds,
                 handler_cancellation=True, access_log=None,
                 print=lambda msg: logging.info("%s", msg),

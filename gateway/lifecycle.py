@@ -19,12 +19,13 @@ from typing import Any
 
 from .readiness import check_golden, prepare_heads
 from .runtime import Runtime, ServedModel
-from .supervisor import TritonProcess
+from .supervisor import TritonProcess, group_members
 from .triton import Triton, TritonFailure
 
 log = logging.getLogger("sr_gateway.lifecycle")
 
 BACKOFF_CAP_SECONDS = 60.0
+UNLOAD_GRACE_SECONDS = 15.0  # how long the replaced instances of a reloaded model may take to exit
 
 
 def expected_instances(config: dict[str, Any]) -> int:
@@ -43,6 +44,7 @@ class Lifecycle:
         self._wake = asyncio.Event()
         self._watch: asyncio.Task[None] | None = None
         self._stopping = False
+        self._kill_reason: str | None = None  # set when the gateway itself kills tritonserver
 
     async def start(self) -> None:
         """Runs in the background so /health/live answers while models load."""
@@ -120,7 +122,8 @@ class Lifecycle:
                 self._set_live(False)
                 if self._stopping:
                     return
-                reason = f"tritonserver exited with code {code}"
+                reason = self._kill_reason or f"tritonserver exited with code {code}"
+                self._kill_reason = None
                 self.runtime.triton_health["last_exit"] = reason
                 self.runtime.metrics.triton_exited(reason)
                 log.error("%s", reason)
@@ -176,9 +179,11 @@ class Lifecycle:
                 name = model.card.triton_name
                 expected = int(model.engine_args.get("instances", 1))
                 lost = sorted(self._lost.pop(name, set()))
+                # child mode counts the stubs (a report may name an instance already replaced); external mode
+                # has only Triton's reports
                 alive = running.get(name, []) if running is not None else None
-                if lost or (alive is not None and len(alive) < expected):
-                    have = len(alive) if alive is not None else max(expected - len(lost), 0)
+                have = len(alive) if alive is not None else max(expected - len(lost), 0)
+                if have < expected:
                     named = f" (Triton reported {', '.join(lost)} dead)" if lost else ""
                     why = f"{have} of {expected} Triton instances running{named}; reloading it"
                     log.warning("model %s: %s", model.id, why)
@@ -199,12 +204,14 @@ class Lifecycle:
         runtime = self.runtime
         triton = runtime.triton
         assert triton is not None
+        replaced: set[int] = set()
         try:
             if not reload:
                 runtime.set_status(model, "loading")
                 model.load_tokenizer()
                 await triton.load(model.card.triton_name)
             else:
+                replaced = self.process.stub_pids(model.card.triton_name) if self.process is not None else set()
                 await triton.reload(model.card.triton_name)
             config = await triton.model_config(model.card.triton_name)
             model.output = next(o["name"] for o in config.get("output", []) if o["name"] != "TIMING")
@@ -232,10 +239,29 @@ class Lifecycle:
             return
         self._lost.pop(model.card.triton_name, None)  # errors from the replaced instances are old news
         runtime.set_status(model, "ready")
+        if replaced:
+            self._bringing[f"{model.id} unload"] = asyncio.create_task(self._await_unload(model, replaced))
         labels = (model.id, model.card.revision or "", model.card.family, "triton/onnxruntime", "cpu",
                   model.card.numerics)
         runtime.metrics.model_info.labels(*labels).set(1)
         log.info("model %s is ready", model.id)
+
+    async def _await_unload(self, model: ServedModel, replaced: set[int]) -> None:
+        """The replaced instances must exit. They cannot when the dead one held a request: Triton never completes
+        it, so that generation never unloads (and the request's client waits for good). Child mode then restarts
+        tritonserver, which fails those requests and leaves nothing behind."""
+        process = self.process
+        assert process is not None
+        deadline = time.monotonic() + UNLOAD_GRACE_SECONDS
+        while time.monotonic() < deadline:
+            group = set(group_members(process.pgid)) if process.pgid is not None else set()
+            if not replaced & group:
+                return
+            await asyncio.sleep(0.2)
+        self._kill_reason = (f"restarted by the gateway: the replaced instances of model {model.id} did not unload "
+                             f"within {UNLOAD_GRACE_SECONDS:g} s (a request was lost with the dead instance)")
+        log.error("%s", self._kill_reason)
+        process.kill()
 
     async def stop(self) -> None:
         self._stopping = True

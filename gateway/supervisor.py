@@ -122,17 +122,25 @@ def group_members(pgid: int) -> list[int]:
     return pids
 
 
-def stub_instances(pgid: int) -> dict[str, list[str]]:
-    """Triton model name → live Python-backend instances (stub argv: model.py path … instance name …)."""
-    found: dict[str, list[str]] = collections.defaultdict(list)
+def stub_processes(pgid: int) -> list[tuple[int, str, str]]:
+    """(pid, Triton model name, instance name) of each live Python-backend stub in the group
+    (stub argv: model.py path … instance name …)."""
+    found = []
     for pid in group_members(pgid):
         try:
             argv = Path("/proc", str(pid), "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         if len(argv) > 8 and argv[0].endswith(STUB.encode()):
-            model = Path(argv[1].decode()).parent.parent.name
-            found[model].append(argv[8].decode())
+            found.append((pid, Path(argv[1].decode()).parent.parent.name, argv[8].decode()))
+    return found
+
+
+def stub_instances(pgid: int) -> dict[str, list[str]]:
+    """Triton model name → live Python-backend instances."""
+    found: dict[str, list[str]] = collections.defaultdict(list)
+    for _, model, instance in stub_processes(pgid):
+        found[model].append(instance)
     return dict(found)
 
 
@@ -216,6 +224,18 @@ class TritonProcess:
     def instances(self) -> dict[str, list[str]]:
         proc = self.proc
         return stub_instances(proc.pid) if proc is not None and proc.returncode is None else {}
+
+    def stub_pids(self, model: str) -> set[int]:
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return set()
+        return {pid for pid, name, _ in stub_processes(proc.pid) if name == model}
+
+    def kill(self) -> None:
+        """SIGKILL tritonserver (its watcher then reaps the group and reports the exit)."""
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
 
     async def stop(self, timeout: float = 30.0) -> None:
         self._stopping = True

@@ -140,8 +140,10 @@ class Triton:
         except InferenceServerException as exc:
             failure = _failure(exc)
             lost = _LOST_INSTANCE.search(str(failure))
-            if lost and self.on_instance_lost is not None:
-                self.on_instance_lost(model, lost.group(1))
+            if lost:
+                failure.unavailable = True  # the input was fine; the instance that had it is gone
+                if self.on_instance_lost is not None:
+                    self.on_instance_lost(model, lost.group(1))
             raise failure from exc
         values = result.as_numpy(output)
         timing = result.as_numpy("TIMING")
