@@ -35,21 +35,43 @@ class TritonPythonModel:
 
     def execute(self, requests: list[Any]) -> list[Any]:
         started = time.time_ns()
+        cancelled = [_cancelled(r) for r in requests]
         rows = []
-        for r in requests:
+        for r, gone in zip(requests, cancelled, strict=True):
+            if gone:  # its client went away while it waited: never run it
+                continue
             types = pb_utils.get_input_tensor_by_name(r, "TOKEN_TYPE_IDS")
             rows.append(Row(pb_utils.get_input_tensor_by_name(r, "INPUT_IDS").as_numpy().reshape(-1),
                             None if types is None else types.as_numpy().reshape(-1)))
-        try:
-            outputs, stats = self.runner.run(rows)
-        except Exception as exc:  # one failed forward fails this batch's requests, never the server
-            error = pb_utils.TritonError(f"forward failed: {exc}")
-            return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
-        timing = np.array([[started, stats.forward_ns, stats.rows, stats.tokens]], dtype=np.int64)
-        return [
-            pb_utils.InferenceResponse(output_tensors=[
+        outputs: list[np.ndarray] = []
+        if rows:
+            try:
+                outputs, stats = self.runner.run(rows)
+            except Exception as exc:  # one failed forward fails this batch's requests, never the server
+                error = pb_utils.TritonError(f"forward failed: {exc}")
+                return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
+            timing = np.array([[started, stats.forward_ns, stats.rows, stats.tokens]], dtype=np.int64)
+        answers = iter(outputs)
+        responses = []
+        for gone in cancelled:
+            if gone:
+                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=_cancelled_error()))
+                continue
+            out = next(answers)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor(self.output, np.ascontiguousarray(out[None, ...], dtype=np.float32)),
                 pb_utils.Tensor("TIMING", timing),
-            ])
-            for out in outputs
-        ]
+            ]))
+        return responses
+
+
+def _cancelled(request: Any) -> bool:
+    """Triton marks a request whose gRPC call was cancelled (the gateway cancels when its client disconnects)."""
+    check = getattr(request, "is_cancelled", None)
+    return bool(check()) if check is not None else False
+
+
+def _cancelled_error() -> Any:
+    code = getattr(pb_utils.TritonError, "CANCELLED", None)
+    message = "cancelled before it ran: the caller went away"
+    return pb_utils.TritonError(message, code) if code is not None else pb_utils.TritonError(message)
