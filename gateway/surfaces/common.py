@@ -132,6 +132,8 @@ def surface(endpoint: str) -> Callable[[Handler], Callable[[web.Request], Awaita
                 error, status = exc, exc.status
             except asyncio.CancelledError:
                 call.timing.finish()
+                log.info("%s: the client went away after %.1f ms; its work was cancelled (499)", endpoint,
+                         call.timing.total_ms or 0.0)
                 runtime.metrics.observe_request(endpoint, 499, call.timing)  # client went away (nginx's 499)
                 raise
             except Exception:
