@@ -50,6 +50,15 @@ class ServedModel:
     def ready(self) -> bool:
         return self.status == "ready"
 
+    @property
+    def device(self) -> str:
+        """Where the model runs, read from its Triton config (the instance groups' kind): cuda for GPU instances,
+        else cpu. Before the config is read (not loaded yet) it is unknown."""
+        groups = self.engine_args.get("instance_group")
+        if not groups:
+            return "unknown"
+        return "cuda" if any(str(g.get("kind", "")) == "KIND_GPU" for g in groups) else "cpu"
+
     def load_tokenizer(self) -> Tokenizer:
         """The card's tokenizer with any padding/truncation baked into tokenizer.json switched off:
         budgets are the gateway's job, and must be visible in usage."""

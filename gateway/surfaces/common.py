@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 
 from ..body import read_json
 from ..errors import ApiError
-from ..runtime import DEVICE, ENGINE, Runtime, ServedModel
+from ..runtime import ENGINE, Runtime, ServedModel
 from ..text import Encoded
 from ..timing import Timing
 
@@ -160,7 +160,8 @@ def response_meta(model: ServedModel, queue_ms: float, forward_ms: float) -> dic
     """`meta` of a response (with options.return_meta): what answered, on what, and how long the model took."""
     card = model.card
     return {"model_id": model.id, "revision": card.revision, "model_sha256": card.model_sha256,
-            "dtype": card.dtype, "numerics": card.numerics, "engine": ENGINE, "accelerator": DEVICE, "device": DEVICE,
+            "dtype": card.dtype, "numerics": card.numerics, "engine": ENGINE, "accelerator": model.device,
+            "device": model.device,
             "queue_ms": round(queue_ms, 3), "compute_ms": round(forward_ms, 3)}
 
 

@@ -9,7 +9,7 @@ import yaml
 from aiohttp import web
 
 from ..decisions.answers import FORMULAS
-from ..runtime import DEVICE, ENGINE, Runtime, ServedModel
+from ..runtime import ENGINE, Runtime, ServedModel
 from .common import RUNTIME_KEY, json_response
 
 OPENAPI_PATH = Path(__file__).resolve().parent.parent / "openapi.yaml"
@@ -35,7 +35,7 @@ def model_card(model: ServedModel) -> dict[str, Any]:
         "limits": card.limits.model_dump(exclude={k for k in _DECISION_LIMITS
                                                   if getattr(card.limits, k) is None}), "licence": card.licence,
         "attribution": card.attribution, "engine": ENGINE, "engine_args": model.engine_args,
-        "accelerator": DEVICE, "device": DEVICE, "dtype": card.dtype, "numerics": card.numerics,
+        "accelerator": model.device, "device": model.device, "dtype": card.dtype, "numerics": card.numerics,
         "tokenizer": card.tokenizer,
     })
     if card.embedding is not None:
