@@ -103,9 +103,19 @@ def build(directory: Path) -> list[Doc]:
     return docs
 
 
+def bind_to(docs: list[Doc], namespace: str) -> None:
+    """Point every binding at the control plane's ServiceAccount in `namespace`."""
+    for doc in docs:
+        for subject in doc.get("subjects", []):
+            if subject.get("kind") == "ServiceAccount":
+                subject["namespace"] = namespace
+
+
 def render(target: str, *, namespace: str | None = None, older_apiserver: bool = False) -> list[Doc]:
     """The objects of a target; `namespace` overrides the install namespace (and the project binding's subject)."""
     docs = build(TARGETS[target])
+    if namespace and target != "project":
+        bind_to(docs, namespace)
     for doc in docs:
         if namespace and doc["kind"] not in CLUSTER_SCOPED:
             doc["metadata"]["namespace"] = namespace
@@ -123,10 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="a JSON list instead of a YAML stream")
     args = parser.parse_args(argv)
     docs = render(args.target, namespace=args.namespace)
-    for doc in docs:
-        for subject in doc.get("subjects", []):
-            if subject.get("kind") == "ServiceAccount":
-                subject["namespace"] = args.controlplane_namespace
+    if args.target == "project":
+        bind_to(docs, args.controlplane_namespace)
     if args.json:
         json.dump(docs, sys.stdout, indent=1)
     else:

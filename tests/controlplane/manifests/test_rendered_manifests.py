@@ -4,6 +4,7 @@ workload verbs in the project namespaces it is bound to, nothing elsewhere, thro
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 from pathlib import Path
@@ -12,8 +13,9 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
 
+from controlplane.errors import ApiError as ControlPlaneError
+from controlplane.kube import KINDS, KubeBackend
 from k8s.render import render
 
 from .conftest import kubectl
@@ -39,7 +41,29 @@ def test_every_rendered_object_is_accepted_by_the_apiserver(target: str, namespa
     if target != "project":
         assert {"Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler", "ServiceMonitor",
                 "ServingRuntime", "InferenceService", "ServiceAccount", "ClusterRole"} <= kinds
-        assert "ClusterRoleBinding" not in kinds, "the control plane's rights are granted per namespace only"
+        cluster_wide = {d["roleRef"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"}
+        for role in (d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] in cluster_wide):
+            verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+            assert verbs <= {"get", "list", "watch"}, f"{role['metadata']['name']} grants {verbs} cluster-wide"
+
+
+async def _as_the_controlplane(kubeconfig: str, project: str, other: str) -> None:
+    """The control plane's own Kubernetes backend, with that kubeconfig: a workload's life in a project namespace,
+    and a refusal elsewhere."""
+    kube = KubeBackend(kubeconfig, 10.0)
+    isvc = KINDS["InferenceService"]
+    body = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+            "metadata": {"name": "rbac-probe"}, "spec": {"predictor": {"model": {"modelFormat": {"name": "x"}}}}}
+    try:
+        created = await kube.create(isvc, project, body)
+        assert (await kube.get(isvc, project, "rbac-probe"))["metadata"]["uid"] == created["metadata"]["uid"]
+        assert await kube.list_pods(isvc, project, "rbac-probe") == []
+        assert await kube.delete(isvc, project, "rbac-probe", created["metadata"]["uid"]) is True
+        with pytest.raises(ControlPlaneError) as refused:
+            await kube.create(isvc, other, body)
+        assert refused.value.status == 403
+    finally:
+        await kube.aclose()
 
 
 def _find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -77,7 +101,8 @@ def test_the_controlplane_may_run_workloads_only_in_project_namespaces_bound_to_
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     try:
         docs = render("base", namespace=namespace)
-        rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole")]
+        rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                                 "RoleBinding")]
         binding = render("project", namespace=project)
         for doc in binding:
             for subject in doc["subjects"]:
@@ -93,8 +118,15 @@ def test_the_controlplane_may_run_workloads_only_in_project_namespaces_bound_to_
         assert _allowed(admin, user, project, "create", "pods", subresource="exec")
         assert not _allowed(admin, user, project, "get", "secrets")
         assert not _allowed(admin, user, other, "create", "pods", subresource="exec")
-        assert not _allowed(admin, user, other, "list", "inferenceservices", "serving.kserve.io")
+        for verb in ("create", "patch", "delete"):
+            assert not _allowed(admin, user, other, verb, "inferenceservices", "serving.kserve.io")
         assert not _allowed(admin, user, "", "create", "pods", subresource="exec")  # cluster-wide
+        # the reconciler reads its workloads everywhere, writes nowhere but in projects; its Lease is at home
+        assert _allowed(admin, user, "", "list", "inferenceservices", "serving.kserve.io")
+        assert not _allowed(admin, user, "", "delete", "inferenceservices", "serving.kserve.io")
+        for verb in ("get", "create", "update"):
+            assert _allowed(admin, user, namespace, verb, "leases", "coordination.k8s.io")
+        assert not _allowed(admin, user, project, "update", "leases", "coordination.k8s.io")
 
         # its in-cluster kubeconfig (service-account token file, no stored credential) reaches the API with them
         kubeconfig = yaml.safe_load(_find(docs, "ConfigMap", "sr-controlplane-kubeconfig")["data"]["config"])
@@ -113,9 +145,7 @@ def test_the_controlplane_may_run_workloads_only_in_project_namespaces_bound_to_
         custom = client.CustomObjectsApi(config.new_client_from_config(str(tmp_path / "kubeconfig")))
         found = custom.list_namespaced_custom_object("serving.kserve.io", "v1beta1", project, "inferenceservices")
         assert isinstance(found, dict) and found["items"] == []
-        with pytest.raises(ApiException) as denied:
-            custom.list_namespaced_custom_object("serving.kserve.io", "v1beta1", other, "inferenceservices")
-        assert denied.value.status == 403
+        asyncio.run(_as_the_controlplane(str(tmp_path / "kubeconfig"), project, other))
     finally:
         for ns in (project, other):
             core.delete_namespace(ns)
