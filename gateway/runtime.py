@@ -19,7 +19,7 @@ from .logs import note
 from .metrics import Metrics
 from .settings import Settings
 from .text import TextEncoder
-from .triton import Triton
+from .triton import Engine
 
 STATUSES = ("starting", "loading", "warming", "ready", "degraded", "failed")
 _EARLY = ("starting", "loading", "warming")
@@ -82,7 +82,7 @@ class Runtime:
         self.settings = settings
         self.metrics = metrics
         self.models: dict[str, ServedModel] = {c.id: ServedModel(c) for c in cards}
-        self.triton: Triton | None = None
+        self.triton: Engine | None = None  # Triton over gRPC, or an in-process fake in the logic tests
         self.draining = False
         self.inflight: dict[str, int] = {}  # inputs submitted to Triton and not yet answered, per Triton model
         # what /health reports about Triton: child or external, restarts and the last exit

@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
@@ -44,20 +44,60 @@ class Result:
 
 
 class TritonFailure(Exception):
-    """A Triton call failed. `deadline` means Triton dropped it from its queue when the deadline passed."""
+    """A Triton call failed. `deadline`: Triton dropped it from its queue when the deadline passed; `unavailable`:
+    the server or model is away; `out_of_memory`: the forward ran out of device memory (413 or 429, not an item)."""
 
-    def __init__(self, message: str, *, deadline: bool = False, unavailable: bool = False) -> None:
+    def __init__(self, message: str, *, deadline: bool = False, unavailable: bool = False,
+                 out_of_memory: bool = False) -> None:
         super().__init__(message)
         self.deadline = deadline
         self.unavailable = unavailable
+        self.out_of_memory = out_of_memory
+
+
+# gRPC status codes first (the Python backend sets coded TritonErrors), message text only where no code says it.
+_DEADLINE = ("DEADLINE_EXCEEDED",)
+_UNAVAILABLE = ("UNAVAILABLE", "CANCELLED")
+_MEMORY = ("RESOURCE_EXHAUSTED",)
+
+
+def failure_of(status: str, text: str) -> TritonFailure:
+    code = status.upper().rsplit(".", 1)[-1]
+    lowered = text.lower()
+    deadline = code in _DEADLINE or "timeout" in lowered  # Triton's queue policy rejects with "Request timeout"
+    memory = code in _MEMORY or "out of memory" in lowered
+    unavailable = code in _UNAVAILABLE or "not ready" in lowered or "unavailable" in lowered
+    return TritonFailure(text, deadline=deadline, unavailable=unavailable and not deadline, out_of_memory=memory)
 
 
 def _failure(exc: InferenceServerException) -> TritonFailure:
-    text = exc.message() or str(exc)
-    status = (exc.status() or "").upper()
-    deadline = "timeout" in text.lower() or "DEADLINE" in status
-    unavailable = "UNAVAILABLE" in status or "not ready" in text.lower() or "unavailable" in text.lower()
-    return TritonFailure(text, deadline=deadline, unavailable=unavailable)
+    return failure_of(exc.status() or "", exc.message() or str(exc))
+
+
+class Engine(Protocol):
+    """The seam between the gateway and what runs the models: Triton over gRPC in production, an in-process fake in
+    the fast tests of the gateway's own logic. Surfaces never build protobufs; only `Triton` talks gRPC."""
+
+    url: str
+
+    async def is_live(self) -> bool: ...
+
+    async def wait_live(self, timeout: float) -> None: ...
+
+    async def load(self, model: str) -> None: ...
+
+    async def reload(self, model: str) -> None: ...
+
+    async def is_ready(self, model: str) -> bool: ...
+
+    async def model_config(self, model: str) -> dict[str, Any]: ...
+
+    async def statistics(self, model: str) -> dict[str, Any]: ...
+
+    async def infer(self, model: str, output: str, ids: list[int], type_ids: list[int] | None = None, *,
+                    timeout_us: int | None = None) -> Result: ...
+
+    async def close(self) -> None: ...
 
 
 class Triton:
@@ -119,6 +159,15 @@ class Triton:
         except InferenceServerException as exc:
             raise _failure(exc) from exc
         return dict(response.get("config", response))
+
+    async def statistics(self, model: str) -> dict[str, Any]:
+        """Triton's own statistics for one model (inference/execution counts and times)."""
+        try:
+            response = await self._client.get_inference_statistics(model, as_json=True)
+        except InferenceServerException as exc:
+            raise _failure(exc) from exc
+        stats = response.get("model_stats") or [{}]
+        return dict(stats[0])
 
 
     async def infer(self, model: str, output: str, ids: list[int], type_ids: list[int] | None = None, *,

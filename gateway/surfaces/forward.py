@@ -31,6 +31,7 @@ class Job:
     type_ids: list[int] | None = None
     result: Result | None = None
     error: ItemError | None = None
+    out_of_memory: bool = False  # its forward ran out of device memory (the request fails: 413 alone, 429 shared)
 
 
 def encode_each(texts: list[str], encode: Callable[[str], Encoded], *, noun: str = "input",
@@ -75,6 +76,7 @@ async def _run(runtime: Runtime, model: ServedModel, job: Job, deadline: int | N
         job.result = await runtime.triton.infer(model.card.triton_name, model.output, job.ids, job.type_ids,
                                                 timeout_us=timeout_us)
     except TritonFailure as exc:
+        job.out_of_memory = exc.out_of_memory
         if exc.deadline:
             job.error = ItemError("deadline_exceeded", "the deadline passed while this input was queued")
         elif exc.unavailable:
@@ -143,6 +145,7 @@ async def forward(runtime: Runtime, model: ServedModel, jobs: list[Job], *, dead
             runnable.append(job)
         else:
             waiting.append((job, future))
+    alone = not runtime.inflight.get(model.card.triton_name)  # nothing else in flight on this model
     try:
         runtime.admit(model, len(runnable))
     except ApiError as exc:  # a job group is admitted all or nothing: tasks waiting on these inputs fail alike
@@ -175,6 +178,13 @@ async def forward(runtime: Runtime, model: ServedModel, jobs: list[Job], *, dead
                     "unavailable", "the input was not run"))))
     for job, future in waiting:
         job.result, job.error = await asyncio.shield(future)
+    if any(j.out_of_memory for j in runnable):
+        # Spec: a forward out of memory is the request's own fault when it ran alone (413: send less), and a
+        # shared forward's when others were in it (429: try again).
+        if alone:
+            raise ApiError("request_too_large", f"model {model.id} ran out of memory on this request's inputs; "
+                                                "send fewer or shorter inputs")
+        raise ApiError("overloaded", f"model {model.id} ran out of memory in a forward shared with other requests")
     answered = [j.result for j in runnable + [job for job, _ in waiting] if j.result is not None]
     queue_ms, forward_ms = phase_times(answered, submitted)
     ran = [j.result for j in runnable if j.result is not None]  # what this call itself sent (metrics count it once)

@@ -1,0 +1,131 @@
+"""The gateway's own logic in milliseconds, over real HTTP, with an in-process engine behind the Triton seam
+(tests/gateway/fake_engine.py): admission and its 413/429 edges, deadlines, cancellation on disconnect, item errors
+and out-of-memory statuses. Model behaviour is tested against the real tritonserver elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.app import create_app
+from gateway.settings import Settings
+from gateway.surfaces.common import RUNTIME_KEY
+from gateway.triton import TritonFailure
+
+from .conftest import ROOT
+from .fake_engine import FakeEngine
+
+MODEL = "all-minilm-l6-v2"
+LONG = 12  # inputs with more ids than this are "long" for the fake's rules
+
+
+@dataclass
+class Stack:
+    client: TestClient  # type: ignore[type-arg]
+    engine: FakeEngine
+
+    async def embed(self, texts: list[str], **options: Any) -> tuple[int, dict[str, Any], Any]:
+        body: dict[str, Any] = {"model": MODEL, "input": texts}
+        if options:
+            body["options"] = options
+        r = await self.client.post("/v1/embeddings", json=body)
+        return r.status, await r.json(), r.headers
+
+
+@pytest.fixture
+async def stack() -> AsyncIterator[Stack]:
+    settings = Settings(model_repository=ROOT / "model_repository", models=MODEL, max_queue=4)
+    app = create_app(settings, start_models=False)
+    runtime = app[RUNTIME_KEY]
+    engine = FakeEngine()
+    runtime.triton = engine
+    model = runtime.models[MODEL]
+    model.load_tokenizer()
+    model.engine_args = await engine.model_config(MODEL)
+    runtime.set_status(model, "ready")
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+        yield Stack(client, engine)
+    finally:
+        engine.release.set()
+        await client.close()
+
+
+async def until(check: Any, what: str) -> None:
+    for _ in range(2000):
+        if check():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"never observed: {what}")
+
+
+async def test_admission_is_413_past_max_queue_and_429_when_full_then_recovers(stack: Stack) -> None:
+    stack.engine.hold = lambda ids: True
+    held = asyncio.create_task(stack.embed(["a", "b", "c"]))
+    await until(lambda: stack.engine.started == 3, "three inputs in the engine")
+    status, body, headers = await stack.embed(["d", "e"])
+    assert status == 429 and body["error"]["code"] == "overloaded" and headers["Retry-After"] == "1"
+    too_many, body, _ = await stack.embed(["x"] * 5)
+    assert too_many == 413 and body["error"]["code"] == "request_too_large"
+    stack.engine.release.set()
+    assert (await held)[0] == 200
+
+
+async def test_exactly_max_queue_inputs_fit_and_admission_frees_them_once_answered(stack: Stack) -> None:
+    stack.engine.hold = lambda ids: len(ids) > 3
+    held = asyncio.create_task(stack.embed(["one two three four five six"] * 4))
+    await until(lambda: stack.engine.started == 4, "the queue full")
+    assert (await stack.embed(["x"]))[0] == 429
+    stack.engine.release.set()
+    assert (await held)[0] == 200
+    assert (await stack.embed(["x"]))[0] == 200
+
+
+async def test_an_input_whose_deadline_passes_in_the_engine_fails_alone(stack: Stack) -> None:
+    stack.engine.delay_s = 0.05
+    status, body, _ = await stack.embed(["a", "b"], deadline_ms=10)
+    assert status == 200 and [d["error"] for d in body["data"]] == ["deadline_exceeded"] * 2
+    status, body, _ = await stack.embed(["a"], deadline_ms=5000)
+    assert status == 200 and "embedding" in body["data"][0]
+
+
+async def test_a_disconnect_cancels_every_engine_call_and_is_counted_as_499(stack: Stack) -> None:
+    stack.engine.hold = lambda ids: True
+    call = asyncio.create_task(stack.client.post("/v1/embeddings", json={"model": MODEL, "input": ["a", "b", "c"]}))
+    await until(lambda: stack.engine.started == 3, "three inputs in the engine")
+    call.cancel()
+    await until(lambda: stack.engine.cancelled == 3, "every engine call cancelled")
+    metrics = await (await stack.client.get("/metrics")).text()
+    assert 'sr_gateway_requests_total{endpoint="embeddings",status="499"} 1.0' in metrics
+    assert 'sr_gateway_queue_depth{model="all-minilm-l6-v2"} 0.0' in metrics
+
+
+async def test_an_engine_failure_fails_only_its_input(stack: Stack) -> None:
+    stack.engine.fail = lambda ids: TritonFailure("the forward crashed") if len(ids) > LONG else None
+    status, body, _ = await stack.embed(["short", "a much longer input with many more words in it than twelve ids"])
+    assert status == 200
+    assert "embedding" in body["data"][0] and body["data"][1]["error"] == "invalid_model_output"
+    stack.engine.fail = lambda ids: TritonFailure("model is not ready", unavailable=True)
+    status, body, _ = await stack.embed(["short"])
+    assert status == 200 and body["data"][0]["error"] == "unavailable"
+
+
+async def test_out_of_memory_is_413_for_a_request_alone_and_429_when_it_shared_the_model(stack: Stack) -> None:
+    oom = TritonFailure("CUDA out of memory", out_of_memory=True)
+    stack.engine.fail = lambda ids: oom if len(ids) > LONG else None
+    long = "a much longer input with many more words in it than twelve ids"
+    status, body, _ = await stack.embed([long])
+    assert status == 413 and body["error"]["code"] == "request_too_large"
+    stack.engine.hold = lambda ids: len(ids) <= LONG
+    other = asyncio.create_task(stack.embed(["short"]))
+    await until(lambda: stack.engine.started == 2, "another request in flight")
+    status, body, headers = await stack.embed([long])
+    assert status == 429 and body["error"]["code"] == "overloaded" and headers["Retry-After"] == "1"
+    stack.engine.release.set()
+    assert (await other)[0] == 200
