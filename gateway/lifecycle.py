@@ -19,7 +19,7 @@ from typing import Any
 
 from .readiness import check_golden, prepare_heads
 from .runtime import Runtime, ServedModel
-from .supervisor import TritonProcess, group_members
+from .supervisor import TritonProcess, still_in_group
 from .triton import Triton, TritonFailure
 
 log = logging.getLogger("sr_gateway.lifecycle")
@@ -238,6 +238,8 @@ class Lifecycle:
             runtime.set_status(model, "failed", f"{type(exc).__name__}: {exc}")
             return
         self._lost.pop(model.card.triton_name, None)  # errors from the replaced instances are old news
+        if self.process is not None:
+            self.process.forget_stubs()
         runtime.set_status(model, "ready")
         if replaced:
             self._bringing[f"{model.id} unload"] = asyncio.create_task(self._await_unload(model, replaced))
@@ -254,8 +256,7 @@ class Lifecycle:
         assert process is not None
         deadline = time.monotonic() + UNLOAD_GRACE_SECONDS
         while time.monotonic() < deadline:
-            group = set(group_members(process.pgid)) if process.pgid is not None else set()
-            if not replaced & group:
+            if process.pgid is None or not still_in_group(replaced, process.pgid):
                 return
             await asyncio.sleep(0.2)
         self._kill_reason = (f"restarted by the gateway: the replaced instances of model {model.id} did not unload "

@@ -106,20 +106,24 @@ def remove_stale_shm() -> list[str]:
     return removed
 
 
+def _in_group(pid: int, pgid: int) -> bool:
+    """The process is alive (not a zombie) and in the group."""
+    try:
+        stat = Path("/proc", str(pid), "stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+    return fields[0] != "Z" and int(fields[2]) == pgid
+
+
 def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, read from /proc."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            pids.append(int(entry.name))
-    return pids
+    """Live (non-zombie) processes of a process group (a scan of /proc: milliseconds)."""
+    return [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit() and _in_group(int(e.name), pgid)]
+
+
+def still_in_group(pids: set[int], pgid: int) -> set[int]:
+    """Those of `pids` still alive in the group (reads only their own /proc entries)."""
+    return {pid for pid in pids if _in_group(pid, pgid)}
 
 
 def stub_processes(pgid: int) -> list[tuple[int, str, str]]:
@@ -157,6 +161,7 @@ class TritonProcess:
         self._stopping = False
         self.shm_prefix = _shm_prefix(os.getpid(), self.grpc_port)
         self.exited: asyncio.Future[int] | None = None
+        self._stubs: dict[int, tuple[str, str]] = {}
 
     @property
     def url(self) -> str:
@@ -222,8 +227,21 @@ class TritonProcess:
         return removed
 
     def instances(self) -> dict[str, list[str]]:
+        """Triton model → live stub instances. Scanning /proc costs milliseconds on the event loop, so the stubs
+        are remembered and only their own /proc entries read, until one is gone or `forget_stubs()`."""
         proc = self.proc
-        return stub_instances(proc.pid) if proc is not None and proc.returncode is None else {}
+        if proc is None or proc.returncode is not None:
+            return {}
+        if not self._stubs or not all(_in_group(pid, proc.pid) for pid in self._stubs):
+            self._stubs = {pid: (model, instance) for pid, model, instance in stub_processes(proc.pid)}
+        found: dict[str, list[str]] = collections.defaultdict(list)
+        for model, instance in self._stubs.values():
+            found[model].append(instance)
+        return dict(found)
+
+    def forget_stubs(self) -> None:
+        """A model was (re)loaded: its stubs are new, the next `instances()` scans."""
+        self._stubs = {}
 
     def stub_pids(self, model: str) -> set[int]:
         proc = self.proc
