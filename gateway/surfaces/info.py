@@ -27,7 +27,10 @@ def model_card(model: ServedModel) -> dict[str, Any]:
         "ready": model.ready, "status": model.status, "reason": model.reason, "golden": model.golden,
         "surfaces": list(card.surfaces) if model.status != "failed" else [],
     }
-    if model.status == "failed":
+    if model.status == "failed":  # what it would have been: its limits, where it was to run and how
+        out.update({"limits": card.limits.model_dump(exclude={k for k in _DECISION_LIMITS
+                                                             if getattr(card.limits, k) is None}),
+                    "device": model.device, "accelerator": model.device, "engine_args": model.engine_args})
         return out
     out.update({
         "repo": card.repo, "revision": card.revision, "model_sha256": card.model_sha256,

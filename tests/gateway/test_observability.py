@@ -1,9 +1,11 @@
 """What an operator sees: JSON request logs behind --log-format, and a Grafana dashboard whose every query names
-metrics that a running gateway and Triton actually export (scraped here, after real traffic)."""
+metrics that a running gateway and Triton actually export (scraped here, after real traffic). The stack runs with
+the flags and ConfigMap of the rendered k8s pod, so these tests also show that configuration works."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -13,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.supervisor import group_members
 from k8s.render import render
 
 from .conftest import BIN, LOGS, MODEL, ROOT, free_port, start, stop, wait_for
@@ -22,13 +25,41 @@ DASHBOARD = ROOT / "k8s" / "base" / "sr-gateway-dashboard.json"
 METRIC = re.compile(r"\b(?:sr_gateway|nv)_[a-z0-9_]+\b")
 
 
+def pod() -> tuple[list[str], dict[str, str], list[str]]:
+    """The rendered sr-gateway pod (cpu overlay): Triton's args, the gateway's env (its ConfigMap) and args."""
+    docs = render("cpu")
+    deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "sr-gateway")
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "sr-gateway")["data"]
+    assert containers["gateway"]["envFrom"] == [{"configMapRef": {"name": "sr-gateway"}}]
+    return containers["triton"]["args"], dict(config), containers["gateway"]["args"]
+
+
 @pytest.fixture(scope="module")
 def stack() -> Iterator[dict[str, Any]]:
-    """Triton with its metrics endpoint, and a gateway in front of it writing JSON logs."""
+    """The pod as the manifests configure it, run here: Triton (the nvidia-pytriton build, with the Triton
+    container's own flags) and the gateway (its ConfigMap as environment: external Triton, JSON logs). Local
+    differences: loopback and free ports, the repository path, the backend directory, no pinned memory (no GPU)."""
+    from gateway.supervisor import _pytriton_root, backend_directory, child_environment
+
     grpc, metrics, port = free_port(), free_port(), free_port()
-    triton = start(["triton", "--grpc-port", str(grpc), "--metrics-port", str(metrics)], "observability-triton.log")
-    gateway = start(["serve", "--port", str(port), "--models", MODEL, "--triton-url", f"127.0.0.1:{grpc}",
-                     "--log-format", "json"], "observability-gateway.log")
+    triton_args, config, gateway_args = pod()
+    local = {"--model-repository": str(ROOT / "model_repository"), "--grpc-port": str(grpc),
+             "--metrics-port": str(metrics)}
+    args = [f"{a.split('=')[0]}={local[a.split('=')[0]]}" if a.split("=")[0] in local else a for a in triton_args]
+    args = [a.replace("srgw-triton-", f"srgw-obs{grpc}-") for a in args]
+    assert args != triton_args and "--model-control-mode=explicit" in args and "--allow-metrics=true" in args
+    LOGS.mkdir(parents=True, exist_ok=True)
+    triton = subprocess.Popen([str(_pytriton_root() / "bin" / "tritonserver"), *args,
+                               f"--backend-directory={backend_directory()}", "--grpc-address=127.0.0.1",
+                               "--metrics-address=127.0.0.1", "--pinned-memory-pool-byte-size=0"],
+                              env=child_environment(0), stdout=(LOGS / "observability-triton.log").open("w"),
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**config, "SR_GATEWAY_HOST": "127.0.0.1", "SR_GATEWAY_PORT": str(port), "SR_GATEWAY_MODELS": MODEL,
+           "SR_GATEWAY_TRITON_URL": f"127.0.0.1:{grpc}",
+           "SR_GATEWAY_MODEL_REPOSITORY": str(ROOT / "model_repository")}
+    assert config["SR_GATEWAY_TRITON_URL"] == "localhost:8001" and config["SR_GATEWAY_LOG_FORMAT"] == "json"
+    gateway = start(gateway_args, "observability-gateway.log", env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] == "ready", 180, "gateway", gateway)
@@ -37,6 +68,9 @@ def stack() -> Iterator[dict[str, Any]]:
     finally:
         assert stop(gateway) == 0
         stop(triton)
+        if triton.poll() is None:
+            os.killpg(triton.pid, 9)
+        wait_for(lambda: not group_members(triton.pid), 30, "Triton's process group to be gone")
 
 
 def log_lines(path: Path) -> list[dict[str, Any]]:
