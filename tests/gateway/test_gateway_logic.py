@@ -129,3 +129,15 @@ async def test_out_of_memory_is_413_for_a_request_alone_and_429_when_it_shared_t
     assert status == 429 and body["error"]["code"] == "overloaded" and headers["Retry-After"] == "1"
     stack.engine.release.set()
     assert (await other)[0] == 200
+
+
+async def test_a_failed_model_still_reports_its_limits_device_and_engine_args(stack: Stack) -> None:
+    from .contract import check
+
+    runtime = stack.client.server.app[RUNTIME_KEY]
+    runtime.set_status(runtime.models[MODEL], "failed", "RuntimeError: the golden check failed")
+    body = await (await stack.client.get("/v1/models")).json()
+    check("/v1/models", "get", 200, body)
+    card = body["data"][0]
+    assert card["status"] == "failed" and card["surfaces"] == []
+    assert card["limits"]["max_input_tokens"] == 256 and card["device"] == "cpu" and card["engine_args"]
