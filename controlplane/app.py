@@ -123,9 +123,30 @@ async def _principal(request: web.Request) -> Principal:
 
 async def _json_body(request: web.Request) -> Any:
     try:
-        return await request.json(loads=json.loads)
+        body = await request.json(loads=json.loads)
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid_request("request body must be valid JSON") from exc
+    if _has_unstorable_text(body):
+        raise invalid_request("strings must not contain NUL characters or unpaired surrogates")
+    return body
+
+
+def _has_unstorable_text(value: Any) -> bool:
+    """NUL and lone surrogates are valid JSON but no database (or Kubernetes) stores them: refuse them at
+    the door with 400 instead of failing deep inside with 500."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return True
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_unstorable_text(k) or _has_unstorable_text(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_unstorable_text(v) for v in value)
+    return False
 
 
 def _int_param(request: web.Request, key: str, default: int) -> int:

@@ -63,6 +63,8 @@ class DeploymentStore:
 
     async def get(self, dep_id: str, who: Principal, *, write: bool, conn: AsyncConnection | None = None) -> Any:
         """A live deployment the caller may see (write: only in the token's project); 404 otherwise."""
+        if "\x00" in dep_id:  # no stored id has one, and PostgreSQL refuses it in a query
+            raise not_found(f"deployment {dep_id!r} not found")
         stmt = sa.select(deployments).where(deployments.c.id == dep_id, *visible(who, write=write))
         if conn is None:
             async with self.db.connect() as own:
@@ -83,11 +85,15 @@ class DeploymentStore:
         where = visible(who, write=False)
         async with self.db.connect() as conn:
             total = await conn.scalar(sa.select(sa.func.count()).select_from(deployments).where(*where))
+            total = int(total or 0)
+            offset = (page - 1) * page_size
+            if page_size and offset >= total:
+                return total, []  # past the end (also keeps offsets beyond the database's integers out)
             stmt = sa.select(deployments).where(*where).order_by(deployments.c.created_at.desc(), deployments.c.id)
             if page_size:
-                stmt = stmt.limit(page_size).offset((page - 1) * page_size)
+                stmt = stmt.limit(page_size).offset(offset)
             rows = (await conn.execute(stmt)).all()
-        return int(total or 0), list(rows)
+        return total, list(rows)
 
     async def all_visible(self, who: Principal) -> list[Any]:
         """Every record the caller may read."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -441,3 +442,14 @@ async def test_create_limits_match_the_openapi_document(
 ) -> None:
     _, err = await api.call("POST", "/deployments", shared_project.member, json=vllm(**fields), expect=400)
     assert err["error"] == "invalid_request" and fragment in err["message"], err
+
+
+async def test_strings_no_database_can_store_are_refused_with_400_not_500(
+    api: Api, shared_project: Project
+) -> None:
+    """Found by schemathesis: PostgreSQL refuses NUL in text, so such a body used to fail with 500."""
+    for body in (vllm("nul\u0000name"), vllm(engineId="t-\u0000vllm"), vllm(labels={"a": "\ud800"})):
+        _, err = await api.call("POST", "/deployments", shared_project.member,
+                                data=json.dumps(body, ensure_ascii=True), expect=400)
+        assert err["error"] == "invalid_request" and "NUL" in err["message"]
+    await api.call("GET", "/deployments/{id}", shared_project.member, expect=404, id="deployment-%00")

@@ -151,3 +151,11 @@ async def test_admin_with_global_read_reads_another_projects_deployment(
     d = await api.create(project.member, **triton())
     _, body = await api.call("GET", "/deployments/{id}", admin_token, expect=200, id=d["id"])
     assert body["projectId"] == project.id
+
+
+async def test_a_page_far_past_the_end_is_empty_not_a_database_error(api: Api, project: Project) -> None:
+    """Found by schemathesis: the offset of page 4e23 overflowed the database's integers (500)."""
+    await api.create(project.member, **triton())
+    _, body = await api.call("GET", "/deployments?page=413152580614342974636032&page_size=5", project.member,
+                             expect=200)
+    assert (body["items"], body["total"], body["page"]) == ([], 1, 413152580614342974636032)
