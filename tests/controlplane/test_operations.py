@@ -10,11 +10,12 @@ import json
 import logging
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -209,3 +210,45 @@ async def test_every_setting_has_an_env_twin_and_a_serve_flag() -> None:
     Settings.add_arguments(parser)
     args = parser.parse_args(["--exec-idle-timeout-s", "5"])
     assert Settings.resolve(args, env).exec_idle_timeout_s == 5.0  # flag > environment
+
+
+@asynccontextmanager
+async def tls_in_front_of(upstream: str) -> AsyncIterator[str]:
+    """A TLS endpoint (the test CA's certificate for 127.0.0.1) forwarding to a plain HTTP service; its URL."""
+    certs = Path(os.environ["SR_TESTENV_DIR"]) / "certs"
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(certs / "server.crt", certs / "server.key")
+    host, port = upstream.split("//", 1)[1].split("/", 1)[0].split(":")
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx)
+    path = "/" + upstream.split("//", 1)[1].split("/", 1)[1]
+    try:
+        yield f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}{path}"
+    finally:
+        server.close()
+
+
+async def test_keystone_over_tls_is_trusted_only_with_its_ca_configured(
+    env: dict[str, str], catalog_db: str, shared_project: Project
+) -> None:
+    ca = str(Path(os.environ["SR_TESTENV_DIR"]) / "certs" / "ca.crt")
+    async with tls_in_front_of(env["SR_TEST_KEYSTONE_URL"]) as url:
+        async for api in _client(env, catalog_db, keystone_url=url, keystone_ca_file=ca):
+            await api.call("GET", "/deployments", shared_project.member, expect=200)
+        async for api in _client(env, catalog_db, keystone_url=url):  # system CAs do not know the test CA
+            _, err = await api.call("GET", "/deployments", shared_project.member, expect=503)
+            assert err["error"] == "unavailable" and "Keystone" in err["message"]
