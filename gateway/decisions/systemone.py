@@ -130,7 +130,10 @@ def routes(schema: str) -> list[web.RouteDef]:
     if schema not in SCHEMAS:
         raise ValueError(f"systemone schema must be one of {SCHEMAS}, not {schema!r}")
 
-    @surface("systemone")
+    def render(exc: ApiError) -> ApiError:
+        return exc if isinstance(exc, SystemOneError) else from_api_error(schema, exc)
+
+    @surface("systemone", render)
     async def create_systemone(call: Call) -> dict[str, Any]:
         try:
             call.timing.begin("tokenize")
@@ -145,7 +148,7 @@ def routes(schema: str) -> list[web.RouteDef]:
         except ApiError as exc:
             raise from_api_error(schema, exc) from exc
 
-    @surface("systemone_batch")
+    @surface("systemone_batch", render)
     async def create_systemone_batch(call: Call) -> dict[str, Any]:
         """Several named requests answered in one pass through the engine, each exactly as if sent alone."""
         try:

@@ -109,8 +109,10 @@ def error_response(error: ApiError) -> web.Response:
     return json_response(error.body(), error.status, error.headers())
 
 
-def surface(endpoint: str) -> Callable[[Handler], Callable[[web.Request], Awaitable[web.Response]]]:
-    """Wrap a surface: every response, errors included, carries Server-Timing and is counted."""
+def surface(endpoint: str, render: Callable[[ApiError], ApiError] | None = None,
+            ) -> Callable[[Handler], Callable[[web.Request], Awaitable[web.Response]]]:
+    """Wrap a surface: every response, errors included, carries Server-Timing and is counted. `render` turns
+    every error of the surface (body errors included) into its own shape (System One's schemas)."""
 
     def decorate(fn: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handler(request: web.Request) -> web.Response:
@@ -129,7 +131,8 @@ def surface(endpoint: str) -> Callable[[Handler], Callable[[web.Request], Awaita
                 error: ApiError | None = None
             except ApiError as exc:
                 call.timing.settle()  # a body or validation error's time shows in parse / tokenize
-                error, status = exc, exc.status
+                error = render(exc) if render is not None else exc
+                status = error.status
             except asyncio.CancelledError:
                 call.timing.finish()
                 log.info("%s: the client went away after %.1f ms; its work was cancelled (499)", endpoint,
@@ -139,6 +142,7 @@ def surface(endpoint: str) -> Callable[[Handler], Callable[[web.Request], Awaita
             except Exception:
                 log.exception("unhandled error on %s", endpoint)
                 error = ApiError("internal_error", "internal error; see the gateway log")
+                error = render(error) if render is not None else error
                 status = error.status
             if error is not None:
                 mark = time.perf_counter()

@@ -375,3 +375,11 @@ def test_inputs_of_a_client_that_went_away_are_never_run_by_triton(gateway_url: 
     wait_for(lambda: sum(counts()) - sum(before) >= 48, 60, "Triton to account for all 48 inputs")
     ran, dropped = (a - b for a, b in zip(settled(), before, strict=True))
     assert ran + dropped == 48 and ran >= 32 and dropped >= 1, (ran, dropped)
+
+
+def test_a_body_that_is_not_json_gets_the_schemas_error_shape_too(gateway_url: str, v4: str) -> None:
+    for url, path in ((gateway_url, "/v1/systemone"), (v4, "/v1/systemone"), (gateway_url, "/v1/systemone/batch")):
+        r = httpx.post(url + path, content=b"{", headers={"Content-Type": "application/json"})
+        check(path, "post", r.status_code, r.json(), r.headers)
+        assert r.status_code == 400 and r.json()["code"] == "invalid_request" and "not JSON" in r.json()["detail"]
+    assert "error" in httpx.post(v4 + "/v1/systemone", content=b"{").json()
