@@ -60,8 +60,8 @@ def _tasks(body: Any, limit: int) -> tuple[list[Task], float | None]:
     if not isinstance(options, dict) or set(options) - {"deadline_ms"}:
         raise ApiError("invalid_request", "options takes only deadline_ms")
     deadline = options.get("deadline_ms")
-    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int | float)
-                                 or deadline <= 0):
+    if "deadline_ms" in options and (isinstance(deadline, bool) or not isinstance(deadline, int | float)
+                                     or deadline <= 0):
         raise ApiError("invalid_request", "options.deadline_ms must be a number above 0")
     raw = body.get("tasks")
     if not isinstance(raw, list) or not raw:

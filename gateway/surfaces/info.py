@@ -96,8 +96,28 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=data, headers={"Content-Type": ctype})
 
 
+# Request schemas whose `model` this process requires when it serves several models.
+MODEL_REQUESTS = ("DecisionRequest", "ClassifyRequest", "EmbeddingsRequest", "RerankRequest")
+_SERVED: dict[int, bytes] = {}
+
+
+def served_document(runtime: Runtime) -> bytes:
+    """The contract as this process enforces it: the file verbatim when one model is served; with several, `model`
+    is required in every request (the server answers 400 without it), so the document is exactly as strict."""
+    if len(runtime.models) <= 1:
+        return OPENAPI_BYTES
+    found = _SERVED.get(id(runtime))
+    if found is None:
+        doc = yaml.safe_load(OPENAPI_BYTES)
+        for name in MODEL_REQUESTS:
+            schema = doc["components"]["schemas"][name]
+            schema["required"] = ["model", *[r for r in schema.get("required", []) if r != "model"]]
+        found = _SERVED[id(runtime)] = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120).encode()
+    return found
+
+
 async def openapi(request: web.Request) -> web.Response:
-    return web.Response(body=OPENAPI_BYTES, content_type="application/yaml")
+    return web.Response(body=served_document(request.app[RUNTIME_KEY]), content_type="application/yaml")
 
 
 def routes() -> list[web.RouteDef]:

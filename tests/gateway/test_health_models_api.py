@@ -51,10 +51,15 @@ def test_health_is_200_ready_and_liveness_is_alive(http: httpx.Client) -> None:
     assert live.json() == {"api_version": document()["info"]["version"], "status": "alive"}
 
 
-def test_openapi_yaml_is_served_verbatim(http: httpx.Client) -> None:
+def test_openapi_yaml_is_the_file_with_model_required_when_several_models_are_served(http: httpx.Client) -> None:
     r = http.get("/openapi.yaml")
-    assert r.status_code == 200 and r.content == OPENAPI_PATH.read_bytes()
-    assert yaml.safe_load(r.content)["openapi"].startswith("3.0")
+    served, file = yaml.safe_load(r.content), yaml.safe_load(OPENAPI_PATH.read_bytes())
+    assert r.status_code == 200 and served["openapi"].startswith("3.0")
+    for name in ("DecisionRequest", "ClassifyRequest", "EmbeddingsRequest", "RerankRequest"):
+        assert "model" in served["components"]["schemas"][name]["required"]
+        file["components"]["schemas"][name]["required"] = served["components"]["schemas"][name]["required"]
+    assert served == file  # nothing else differs
+    assert http.post("/v1/embeddings", json={"input": "x"}).status_code == 400
 
 
 def test_metrics_count_requests_phases_batches_and_readiness(http: httpx.Client) -> None:

@@ -213,6 +213,7 @@ def test_the_bundle_deadline_applies_unless_a_tasks_own_is_earlier(gateway_url: 
     ({"tasks": [{"id": "", "classify": {"input": "x"}}]}, "id must be"),
     ({"tasks": [{"id": "a", "classify": {"input": "x"}}], "extra": 1}, "extra"),
     ({"tasks": [{"id": "a", "classify": {"input": "x"}}], "options": {"deadline_ms": 0}}, "deadline_ms"),
+    ({"tasks": [{"id": "a", "classify": {"input": "x"}}], "options": {"deadline_ms": None}}, "deadline_ms"),
 ])
 def test_a_malformed_bundle_is_400(gateway_url: str, body: dict[str, Any], message: str) -> None:
     r = bundle(gateway_url, body)
