@@ -267,6 +267,50 @@ def test_a_full_queue_answers_429_with_retry_after_and_systemone_5_answers_529(s
 
 
 # -- disconnects ---------------------------------------------------------------------------------------------------
+# (the first test here runs before any test that leaves cancelled work behind on prompt-guard)
+def test_inputs_of_a_client_that_went_away_are_never_run_by_triton(gateway_url: str, triton_url: str) -> None:
+    """Cancelling reaches Triton: the inputs of a disconnected client still waiting in Triton's queue are dropped
+    by the model (they fail as cancelled), not computed for nobody."""
+    import tritonclient.grpc as grpcclient
+
+    triton = grpcclient.InferenceServerClient(triton_url)
+
+    def counts() -> tuple[int, int]:
+        s = triton.get_inference_statistics("prompt-guard", as_json=True)["model_stats"][0]["inference_stats"]
+        return int(s.get("success", {}).get("count", 0)), int(s.get("fail", {}).get("count", 0))
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(timeout=120) as client:
+            def classify(n: int, tag: str) -> Any:
+                return client.post(gateway_url + "/v1/classify", json={
+                    "model": "prompt-guard", "input": [f"{tag} {i} {time.time()}" for i in range(n)]})
+
+            holder = asyncio.create_task(classify(32, "hold"))
+            while metric(gateway_url, "sr_gateway_queue_depth", model="prompt-guard") < 32:
+                await asyncio.sleep(0.005)
+            victim = asyncio.create_task(classify(16, "gone"))
+            while metric(gateway_url, "sr_gateway_queue_depth", model="prompt-guard") < 48:
+                assert not victim.done()
+                await asyncio.sleep(0.005)
+            victim.cancel()
+            assert (await holder).status_code == 200
+
+    def settled() -> tuple[int, int]:
+        """Triton's counts once earlier tests' cancelled work has been accounted for (unchanged over 5 reads)."""
+        seen = [counts()]
+        while len(seen) < 5 or len(set(seen[-5:])) > 1:
+            time.sleep(0.1)
+            seen.append(counts())
+            assert len(seen) < 600, "Triton's counts never settled"
+        return seen[-1]
+
+    before = settled()
+    asyncio.run(scenario())
+    wait_for(lambda: sum(counts()) - sum(before) >= 48, 60, "Triton to account for all 48 inputs")
+    ran, dropped = (a - b for a, b in zip(settled(), before, strict=True))
+    assert ran + dropped == 48 and ran >= 32 and dropped >= 1, (ran, dropped)
+
+
 async def _disconnect(url: str, path: str, body: dict[str, Any], model: str) -> None:
     async with httpx.AsyncClient(timeout=120) as client:
         task = asyncio.create_task(client.post(url + path, json=body))
@@ -333,49 +377,6 @@ def test_identical_inputs_across_a_bundles_tasks_for_one_model_run_once(gateway_
     httpx.post(gateway_url + "/v1/classify", json=task["classify"])
     httpx.post(gateway_url + "/v1/classify", json=task["classify"])
     assert asyncio.run(count()) == before + 3  # separate requests are not merged
-
-
-def test_inputs_of_a_client_that_went_away_are_never_run_by_triton(gateway_url: str, triton_url: str) -> None:
-    """Cancelling reaches Triton: the inputs of a disconnected client still waiting in Triton's queue are dropped
-    by the model (they fail as cancelled), not computed for nobody."""
-    import tritonclient.grpc as grpcclient
-
-    triton = grpcclient.InferenceServerClient(triton_url)
-
-    def counts() -> tuple[int, int]:
-        s = triton.get_inference_statistics("prompt-guard", as_json=True)["model_stats"][0]["inference_stats"]
-        return int(s.get("success", {}).get("count", 0)), int(s.get("fail", {}).get("count", 0))
-
-    async def scenario() -> None:
-        async with httpx.AsyncClient(timeout=120) as client:
-            def classify(n: int, tag: str) -> Any:
-                return client.post(gateway_url + "/v1/classify", json={
-                    "model": "prompt-guard", "input": [f"{tag} {i} {time.time()}" for i in range(n)]})
-
-            holder = asyncio.create_task(classify(32, "hold"))
-            while metric(gateway_url, "sr_gateway_queue_depth", model="prompt-guard") < 32:
-                await asyncio.sleep(0.005)
-            victim = asyncio.create_task(classify(16, "gone"))
-            while metric(gateway_url, "sr_gateway_queue_depth", model="prompt-guard") < 48:
-                assert not victim.done()
-                await asyncio.sleep(0.005)
-            victim.cancel()
-            assert (await holder).status_code == 200
-
-    def settled() -> tuple[int, int]:
-        """Triton's counts once earlier tests' cancelled work has been accounted for (unchanged over 5 reads)."""
-        seen = [counts()]
-        while len(seen) < 5 or len(set(seen[-5:])) > 1:
-            time.sleep(0.1)
-            seen.append(counts())
-            assert len(seen) < 600, "Triton's counts never settled"
-        return seen[-1]
-
-    before = settled()
-    asyncio.run(scenario())
-    wait_for(lambda: sum(counts()) - sum(before) >= 48, 60, "Triton to account for all 48 inputs")
-    ran, dropped = (a - b for a, b in zip(settled(), before, strict=True))
-    assert ran + dropped == 48 and ran >= 32 and dropped >= 1, (ran, dropped)
 
 
 def test_a_body_that_is_not_json_gets_the_schemas_error_shape_too(gateway_url: str, v4: str) -> None:
