@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import zstandard
@@ -139,10 +140,93 @@ def parse_json(data: bytes) -> Any:
     return value
 
 
-async def read_json(request: web.Request, limit: int) -> Any:
+_DISPOSITION_NAME = re.compile(r'(?:^|;)\s*name\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^;\s]+))', re.IGNORECASE)
+
+
+def _part_name(headers: bytes) -> str:
+    for line in headers.split(b"\r\n"):
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == b"content-disposition":
+            text = value.decode("utf-8", "replace").strip()
+            if not text.lower().startswith("form-data"):
+                break
+            match = _DISPOSITION_NAME.search(text[len("form-data"):])
+            if match:
+                name = match.group(1) if match.group(1) is not None else match.group(2)
+                return name.replace('\\"', '"')
+    raise ApiError("invalid_request", "a multipart part has no Content-Disposition: form-data; name=...")
+
+
+def split_multipart(data: bytes, boundary: str) -> list[tuple[str, bytes]]:
+    """(name, bytes) of every part of a multipart/form-data body, in order (RFC 7578); strict about framing."""
+    delimiter = b"--" + boundary.encode("latin-1")
+    start = data.find(delimiter)
+    if start < 0 or (start > 0 and data[start - 2 : start] != b"\r\n"):
+        raise ApiError("invalid_request", "the multipart body has no opening boundary")
+    parts: list[tuple[str, bytes]] = []
+    at = start + len(delimiter)
+    while True:
+        if data[at : at + 2] == b"--":
+            return parts  # closing delimiter; the epilogue is ignored
+        if data[at : at + 2] != b"\r\n":
+            raise ApiError("invalid_request", "the multipart body has a malformed boundary line")
+        end = data.find(b"\r\n" + delimiter, at + 2)
+        if end < 0:
+            raise ApiError("invalid_request", "the multipart body is truncated (no closing boundary)")
+        head_end = data.find(b"\r\n\r\n", at)
+        if head_end < 0 or head_end > end:
+            if data[at + 2 : at + 4] == b"\r\n":  # a part with no headers at all
+                raise ApiError("invalid_request", "a multipart part has no Content-Disposition: form-data; name=...")
+            raise ApiError("invalid_request", "a multipart part's headers are not terminated")
+        parts.append((_part_name(data[at + 2 : head_end]), data[head_end + 4 : end]))
+        at = end + 2 + len(delimiter)
+
+
+@dataclass
+class Body:
+    """A request body: the JSON request, and the image parts of a multipart body (None for a JSON body)."""
+
+    json: Any
+    parts: dict[str, bytes] | None = None
+
+
+def parse_multipart(data: bytes, boundary: str | None) -> Body:
+    """The first part `request` is the JSON request; every other part is one image's bytes, named uniquely."""
+    if not boundary:
+        raise ApiError("invalid_request", "multipart/form-data needs a boundary parameter")
+    parts = split_multipart(data, boundary)
+    if not parts or parts[0][0] != "request":
+        raise ApiError("invalid_request", "the first part of a multipart body must be `request` (the JSON request)")
+    images: dict[str, bytes] = {}
+    for name, payload in parts[1:]:
+        if name == "request" or name in images:
+            raise ApiError("invalid_request", f"multipart part {name!r} appears more than once")
+        images[name] = payload
+    return Body(parse_json(parts[0][1]), images)
+
+
+async def read_body(request: web.Request, limit: int) -> Body:
+    """JSON, compressed JSON or multipart/form-data; `limit` covers the whole body as sent and as decoded."""
     coding = content_encoding(request.headers.get("Content-Encoding"))
     ctype = request.content_type
-    if ctype.startswith("multipart/"):
-        raise ApiError("unsupported_media_type", "multipart bodies are not supported by this endpoint yet")
-    raw = await read_limited(request, limit)
-    return parse_json(decode(raw, coding, limit))
+    if ctype.startswith("multipart/") and ctype != "multipart/form-data":
+        raise ApiError("unsupported_media_type", f"{ctype} is not supported: send multipart/form-data")
+    raw = decode(await read_limited(request, limit), coding, limit)
+    if ctype == "multipart/form-data":
+        return parse_multipart(raw, _boundary(request.headers.get("Content-Type", "")))
+    return Body(parse_json(raw))
+
+
+def _boundary(content_type: str) -> str | None:
+    """The boundary parameter, quoted or not (the email module implements RFC 2045 parameter parsing)."""
+    from email.message import Message
+
+    message = Message()
+    message["content-type"] = content_type
+    value = message.get_param("boundary")
+    return value if isinstance(value, str) else None
+
+
+async def read_json(request: web.Request, limit: int) -> Any:
+    """The JSON request of any accepted body (multipart image parts are dropped; see `read_body`)."""
+    return (await read_body(request, limit)).json

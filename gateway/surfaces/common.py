@@ -13,7 +13,8 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
-from ..body import read_json
+from ..assets import inline_input_assets
+from ..body import read_body
 from ..errors import ApiError
 from ..runtime import ENGINE, Runtime, ServedModel
 from ..text import Encoded
@@ -96,6 +97,7 @@ class Call:
     runtime: Runtime
     timing: Timing
     body: Any = None
+    parts: dict[str, bytes] | None = None  # image parts of a multipart body, by name (None: a JSON body)
 
 
 Handler = Callable[[Call], Awaitable[dict[str, Any]]]
@@ -122,7 +124,8 @@ def surface(endpoint: str, render: Callable[[ApiError], ApiError] | None = None,
             try:
                 mark = time.perf_counter()
                 call.timing.begin("parse")
-                call.body = await read_json(request, runtime.settings.max_request_bytes)
+                body = await read_body(request, runtime.settings.max_request_bytes)
+                call.body, call.parts = body.json, body.parts
                 call.timing.add("parse", mark)
                 result = await fn(call)
                 mark = time.perf_counter()
@@ -200,7 +203,11 @@ def surface_route(path: str, endpoint: str, request: type[BaseModel], work: Work
     async def handler(call: Call) -> dict[str, Any]:
         mark = time.perf_counter()
         call.timing.begin("tokenize")
-        req = parse(request, call.body)
+        if call.parts and endpoint not in ("embeddings", "classify"):
+            raise ApiError("invalid_request", f"{request.__name__} reads no images: send a JSON body")
+        body = await inline_input_assets(call.body, call.parts) if endpoint in ("embeddings", "classify") \
+            else call.body
+        req = parse(request, body)
         model = call.runtime.resolve(getattr(req, "model", None), endpoint)
         call.timing.add("tokenize", mark)
         return await work(call.runtime, model, req, call)
