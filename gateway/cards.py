@@ -54,7 +54,7 @@ class HeadSpec(_Strict):
     name: str
     kind: Literal["sequence", "scores", "token"]
     labels: list[str] = Field(min_length=1)  # the model's output order
-    inputs: list[Literal["text", "pair", "grounded"]] = ["text"]
+    inputs: list[Literal["text", "pair", "grounded", "image"]] = ["text"]
     overflow: Literal["reject", "truncate", "window"] = "reject"
     window: WindowSpec | None = None
     default_threshold: float | None = Field(default=None, ge=0, le=1)
@@ -82,8 +82,15 @@ class DecisionSpec(_Strict):
     description: str | None = None
 
 
+class ImageSpec(_Strict):
+    """How an image model reads pictures: its preprocessing (gateway/images/preprocess.py) and Triton tensors."""
+
+    preprocess: Literal["efficientnet-lite", "ppocr"]
+    tokens: int = Field(default=1, ge=0)  # usage tokens one image use counts where it stands
+
+
 class Golden(_Strict):
-    surface: Surface
+    surface: Surface | Literal["ocr"]
     tolerance: float = Field(default=1e-3, gt=0)
     request: dict[str, Any]
     expected: dict[str, Any]
@@ -112,6 +119,11 @@ class Card(BaseModel):
     rerank: RerankSpec | None = None
     decisions: DecisionSpec | None = None
     golden: Golden | None = None
+    modalities: list[Literal["text", "image", "audio", "video"]] = ["text"]
+    image_max_pixels: int | None = Field(default=None, ge=65_536, le=16_000_000)  # read at most this many (scaled)
+    image_placements: list[Literal["state", "instructions", "criteria"]] = []
+    question_types: list[str] = []
+    image: ImageSpec | None = None
     build: dict[str, Any] | None = None
     artifacts: dict[str, dict[str, str]] | None = None
     triton_model: str | None = None  # defaults to the directory name
@@ -152,6 +164,8 @@ def load_card(path: Path) -> Card:
         raise CardError(f"{path}: serves classify but declares no `heads`")
     if "decisions" in card.surfaces and card.decisions is None:
         raise CardError(f"{path}: serves decisions but has no `decisions` section")
+    if "image" in card.modalities and (card.image is None or card.image_max_pixels is None):
+        raise CardError(f"{path}: has the image modality but no `image` section or `image_max_pixels`")
     if "rerank" in card.surfaces and card.rerank is None:
         raise CardError(f"{path}: serves rerank but has no `rerank` section")
     for head in card.heads or []:

@@ -13,6 +13,7 @@ import numpy as np
 
 from .decisions import golden as decisions_golden
 from .errors import ApiError
+from .images.golden import check_ocr_golden
 from .runtime import Runtime, ServedModel
 from .surfaces.classify import ClassifyRequest, classify
 from .surfaces.embeddings import EmbeddingsRequest, embed
@@ -28,10 +29,10 @@ async def prepare_heads(runtime: Runtime, model: ServedModel) -> None:
     models: their family is built and the models it reads through are ready."""
     if model.card.decisions is not None:
         await decisions_golden.prepare(runtime, model)
-    encoder = model.text_encoder()
     for head in model.card.heads or []:
         if head.zero_shot is None:
             continue
+        encoder = model.text_encoder()  # only zero-shot heads read text here (image models have no tokenizer)
         texts = [head.zero_shot.descriptions[label] for label in head.labels]
         jobs = [Job(encoder.encode(t, max_tokens=model.card.limits.max_input_tokens, overflow="truncate").ids)
                 for t in texts]
@@ -93,6 +94,9 @@ def _compare(answer: dict[str, Any], surface: str, expected: dict[str, Any], tol
 
 async def check_golden(runtime: Runtime, model: ServedModel) -> None:
     golden = model.card.golden
+    if golden is not None and golden.surface == "ocr":  # image → text lines (gateway/images/golden.py)
+        model.golden = await check_ocr_golden(runtime, model, golden)
+        return
     if golden is None:
         model.golden = {"status": "unverified", "checked": 0, "matched": 0, "reference": "cpu"}
         return

@@ -59,9 +59,11 @@ class ServedModel:
             return "unknown"
         return "cuda" if any(str(g.get("kind", "")) == "KIND_GPU" for g in groups) else "cpu"
 
-    def load_tokenizer(self) -> Tokenizer:
+    def load_tokenizer(self) -> Tokenizer | None:
         """The card's tokenizer with any padding/truncation baked into tokenizer.json switched off:
-        budgets are the gateway's job, and must be visible in usage."""
+        budgets are the gateway's job, and must be visible in usage. Models that read no text have none."""
+        if "text" not in self.card.modalities:
+            return None
         tokenizer = Tokenizer.from_file(str(self.card.tokenizer_path))
         tokenizer.no_padding()
         tokenizer.no_truncation()

@@ -97,6 +97,9 @@ class Engine(Protocol):
     async def infer(self, model: str, output: str, ids: list[int], type_ids: list[int] | None = None, *,
                     timeout_us: int | None = None) -> Result: ...
 
+    async def infer_tensors(self, model: str, inputs: dict[str, np.ndarray], output: str, *,
+                            timeout_us: int | None = None) -> Result: ...
+
     async def close(self) -> None: ...
 
 
@@ -202,3 +205,24 @@ class Triton:
         execution = Execution(int(t[0]), int(t[1]), int(t[2]), int(t[3]))
         return Result(values[0], execution, submitted, time.time_ns())
 
+    async def infer_tensors(self, model: str, inputs: dict[str, np.ndarray], output: str, *,
+                            timeout_us: int | None = None) -> Result:
+        """Run one request of named tensors (images: uint8 pixels, batch dim 1); returns `output` and TIMING."""
+        infer_inputs = []
+        for name, array in inputs.items():
+            tensor = InferInput(name, list(array.shape), "UINT8" if array.dtype == np.uint8 else "INT64")
+            tensor.set_data_from_numpy(array)
+            infer_inputs.append(tensor)
+        submitted = time.time_ns()
+        try:
+            outputs = _OUTPUTS.get(output) or _OUTPUTS.setdefault(output, [InferRequestedOutput(output), _TIMING])
+            result = await self._client.infer(model, infer_inputs, outputs=outputs, timeout=timeout_us,
+                                              client_timeout=None if timeout_us is None else timeout_us / 1e6)
+        except InferenceServerException as exc:
+            raise _failure(exc) from exc
+        values = result.as_numpy(output)
+        timing = result.as_numpy("TIMING")
+        if values is None or timing is None:
+            raise TritonFailure(f"model {model} returned no {output}/TIMING")
+        t = timing.reshape(-1)
+        return Result(values[0], Execution(int(t[0]), int(t[1]), int(t[2]), int(t[3])), submitted, time.time_ns())

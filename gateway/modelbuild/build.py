@@ -56,7 +56,8 @@ def build_model(model_dir: Path, *, force: bool = False, strict: bool = False) -
     key = {"format": BUILD_FORMAT, "recipe": spec["recipe"], "files": digests, "exporter": _exporter_versions()}
     stamp = version_dir / "build.json"
     onnx_path = version_dir / "model.onnx"
-    if not force and stamp.is_file() and onnx_path.is_file():
+    others = [version_dir / name for name in (card.get("artifacts") or {}) if name != "model.onnx"]
+    if not force and stamp.is_file() and onnx_path.is_file() and all(p.is_file() for p in others):
         recorded = json.loads(stamp.read_text())
         if recorded.get("key") == key and recorded.get("onnx_sha256") == sha256_file(onnx_path):
             return BuildResult(card["id"], "cached", recorded["onnx_sha256"])

@@ -162,9 +162,13 @@ def prebuilt_onnx(src: Path, out_dir: Path, spec: dict[str, Any]) -> ExportRepor
     return ExportReport(max_abs_diff=0.0, checked_rows=0, opset=0)
 
 
+from . import images as _images  # noqa: E402  (image recipes import this module's helpers)
+
 # A recipe writes `model.onnx` and `tokenizer.json` into the version directory and returns its export check.
 Recipe = Callable[[Path, Path, dict[str, Any]], ExportReport]
 RECIPES: dict[str, Recipe] = {
+    "efficientnet-lite": _images.efficientnet_lite,
+    "ppocr": _images.ppocr,
     "prebuilt-onnx": prebuilt_onnx,
     "sentence-embedding": sentence_embedding,
     "prompt-guard": prompt_guard,

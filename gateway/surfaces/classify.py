@@ -18,6 +18,8 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 from ..cards import HeadSpec
 from ..errors import ApiError, ItemError
 from ..heads import best_context_windows, decode_spans, sigmoid, softmax, zero_shot
+from ..images.content import ContentPart, refusal, text_of
+from ..images.surfaces import classify_images, reads_images_only
 from ..runtime import Runtime, ServedModel
 from ..text import InputTooLong, TextEncoder
 from .common import (
@@ -63,7 +65,8 @@ class Grounded(Strict):
 
 class ClassifyRequest(Strict):
     model: StrictStr | None = None
-    input: StrictStr | list[StrictStr] | list[Pair] | list[Grounded] = Field(min_length=1)
+    input: StrictStr | list[StrictStr] | list[Pair] | list[Grounded] | list[StrictStr | ContentPart] = Field(
+        min_length=1)
     head: StrictStr | None = None
     options: ClassifyOptions = ClassifyOptions()
 
@@ -239,11 +242,19 @@ async def classify(runtime: Runtime, model: ServedModel, req: ClassifyRequest, c
     timing = call.timing if call is not None else None
     started = time.perf_counter()
     head = _head(model, req.head)
+    values: list[Any] = [req.input] if isinstance(req.input, str) else list(req.input)
+    if reads_images_only(model):  # pictures as image_url content parts (gateway/images/surfaces.py)
+        return await classify_images(runtime, model, head, values, return_meta=req.options.return_meta,
+                                     deadline_ms=req.options.deadline_ms, timing=timing)
     overflow, budget, tokens, overlap = _plan(req, model, head)
     encoder = model.text_encoder()
-    values: list[Any] = [req.input] if isinstance(req.input, str) else list(req.input)
+    values = [text if (text := text_of(v)) is not None else v for v in values]  # text parts read as their text
+    refused = {i: error for i, v in enumerate(values) if (error := refusal(model.card, v)) is not None}
+    values = ["" if i in refused else v for i, v in enumerate(values)]
     chars = sum(len(v) if isinstance(v, str) else sum(len(str(x)) for x in v.model_dump().values()) for v in values)
     items = await off_loop_if_large(chars, _prepare_all, encoder, values, overflow, budget, tokens, overlap)
+    for i, error in refused.items():  # an image or audio part on a text model fails only its own item
+        items[i] = Item(error=error)
     if timing is not None:
         timing.add("tokenize", started)
     jobs = [j for it in items for j in it.jobs]

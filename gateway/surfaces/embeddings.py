@@ -1,5 +1,9 @@
 """POST /v1/embeddings — OpenAI-compatible embeddings (float or base64 little-endian float32).
 
+`input` items are strings or content parts (text, image_url as a base64 data URL, input_audio): an image model
+embeds pictures (gateway/images/surfaces.py), a text model texts; an item of a modality the model does not read
+fails in place with invalid_input naming the modality.
+
 Each input is its own Triton request, so Triton's dynamic batcher can put inputs of many HTTP requests into one
 execute(); per-input failures (too long, deadline) are answered in place and never fail their siblings.
 """
@@ -15,6 +19,8 @@ from aiohttp import web
 from pydantic import Field, StrictInt, StrictStr
 
 from ..errors import ApiError, ItemError
+from ..images.content import ContentPart, refusal, text_of
+from ..images.surfaces import embed_images, reads_images_only
 from ..runtime import Runtime, ServedModel
 from .common import (
     Call,
@@ -27,12 +33,12 @@ from .common import (
     surface_route,
     token_budget,
 )
-from .forward import encode_each, forward
+from .forward import Job, encode_each, forward
 
 
 class EmbeddingsRequest(Strict):
     model: StrictStr | None = None
-    input: StrictStr | list[StrictStr] = Field(min_length=1)
+    input: StrictStr | list[StrictStr | ContentPart] = Field(min_length=1)
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = None
     layer: StrictInt | None = None
@@ -77,11 +83,20 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
     timing = call.timing if call is not None else None
     started = time.perf_counter()
     budget, dimension, layer = _check(req, model)
-    texts = [req.input] if isinstance(req.input, str) else req.input
+    values: list[Any] = [req.input] if isinstance(req.input, str) else list(req.input)
+    if reads_images_only(model):
+        return await embed_images(runtime, model, values, dimension=dimension, layer=layer,
+                                  encoding_format=req.encoding_format, return_meta=req.options.return_meta,
+                                  deadline_ms=req.options.deadline_ms, timing=timing, vector=_vector)
+    texts = [text_of(v) or "" for v in values]
     encoder = model.text_encoder()
     jobs, encoded = await off_loop_if_large(
         sum(map(len, texts)), encode_each, texts,
         lambda text: encoder.encode(text, max_tokens=budget, overflow=req.options.overflow))
+    for i, value in enumerate(values):
+        refused = refusal(model.card, value)
+        if refused is not None:  # an image or audio part on a text model fails only its own item
+            jobs[i], encoded[i] = Job([], error=refused), None
     if timing is not None:
         timing.add("tokenize", started)
     queue_ms, forward_ms = await forward(runtime, model, jobs, deadline_ms=req.options.deadline_ms, timing=timing)

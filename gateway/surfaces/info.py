@@ -34,13 +34,16 @@ def model_card(model: ServedModel) -> dict[str, Any]:
         return out
     out.update({
         "repo": card.repo, "revision": card.revision, "model_sha256": card.model_sha256,
-        "question_types": list(card.decisions.question_types) if card.decisions else [],
+        "question_types": list(card.decisions.question_types) if card.decisions else list(card.question_types),
+        "modalities": list(card.modalities), "image_placements": list(card.image_placements),
         "limits": card.limits.model_dump(exclude={k for k in _DECISION_LIMITS
                                                   if getattr(card.limits, k) is None}), "licence": card.licence,
         "attribution": card.attribution, "engine": ENGINE, "engine_args": model.engine_args,
         "accelerator": model.device, "device": model.device, "dtype": card.dtype, "numerics": card.numerics,
         "tokenizer": card.tokenizer,
     })
+    if card.image_max_pixels is not None:
+        out["image_max_pixels"] = card.image_max_pixels
     if card.embedding is not None:
         out["embedding"] = card.embedding.model_dump()
     if card.rerank is not None:

@@ -141,3 +141,13 @@ async def test_a_failed_model_still_reports_its_limits_device_and_engine_args(st
     card = body["data"][0]
     assert card["status"] == "failed" and card["surfaces"] == []
     assert card["limits"]["max_input_tokens"] == 256 and card["device"] == "cpu" and card["engine_args"]
+
+
+async def test_a_model_not_ready_is_503_with_retry_after_5_on_every_surface(stack: Stack) -> None:
+    runtime = stack.client.server.app[RUNTIME_KEY]
+    runtime.set_status(runtime.models[MODEL], "loading")
+    status, body, headers = await stack.embed(["x"])
+    assert status == 503 and body["error"]["code"] == "not_ready" and headers["Retry-After"] == "5"
+    r = await stack.client.post("/v1/bundle", json={"tasks": [{"id": "a", "embeddings": {"model": MODEL,
+                                                                                          "input": "x"}}]})
+    assert r.status == 200 and (await r.json())["results"][0]["status"] == 503
