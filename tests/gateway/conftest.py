@@ -106,9 +106,10 @@ def http(gateway_url: str) -> Iterator[httpx.Client]:
         yield client
 
 
-# -- random-weight fixtures (cross-encoder, NLI classifier) in one repository, served by their own gateway -------
+# -- random-weight fixtures (cross-encoder, NLI classifier, grounded token head), served by their own gateway --------
 CROSS = "tiny-cross-encoder"
 NLI = "tiny-nli"
+GROUNDED = "tiny-grounded"
 
 
 @dataclass
@@ -120,7 +121,8 @@ class Served:
 
 
 def _build_and_serve(served: Served) -> Served:
-    for tool, name in (("tools.make_cross_encoder_fixture", CROSS), ("tools.make_nli_fixture", NLI)):
+    for tool, name in (("tools.make_cross_encoder_fixture", CROSS), ("tools.make_nli_fixture", NLI),
+                       ("tools.make_grounded_fixture", GROUNDED)):
         with (LOGS / f"{tool.rsplit('.', 1)[1]}.log").open("w") as log:
             subprocess.run([sys.executable, "-m", tool, str(served.repo), "--name", name], cwd=ROOT, stdout=log,
                            stderr=subprocess.STDOUT, check=True, timeout=300)
