@@ -164,7 +164,9 @@ def load_card(path: Path) -> Card:
         raise CardError(f"{path}: serves classify but declares no `heads`")
     if "decisions" in card.surfaces and card.decisions is None:
         raise CardError(f"{path}: serves decisions but has no `decisions` section")
-    if "image" in card.modalities and (card.image is None or card.image_max_pixels is None):
+    if "image" in card.modalities and card.image_max_pixels is None:
+        raise CardError(f"{path}: has the image modality but no `image_max_pixels`")
+    if "image" in card.modalities and card.decisions is None and card.image is None:  # decisions read via OCR
         raise CardError(f"{path}: has the image modality but no `image` section or `image_max_pixels`")
     if "rerank" in card.surfaces and card.rerank is None:
         raise CardError(f"{path}: serves rerank but has no `rerank` section")

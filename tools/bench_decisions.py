@@ -148,7 +148,7 @@ class InProcessDecisions:
         for v in views:
             for q in questions:
                 cos = np.asarray([float(vectors[v.text] @ self.options[t]) for t in self.family.option_texts(q)])
-                pair = float(vectors[v.parts[0]] @ vectors[v.parts[1]]) if self.family._paired(q, v.parts) else None
+                pair = float(vectors[v.parts[0]] @ vectors[v.parts[1]]) if self.family._paired(q, v) else None
                 out.append(self.family.probabilities(q, cos, pair))
         return out
 

@@ -126,20 +126,19 @@ def fit(path: Path) -> dict[str, Any]:
     chosen: dict[str, Any] = {"templates": dict(base.templates), "temperature": {}, "bias": {}, "pair": {}}
     report: dict[str, Any] = {}
 
-    features: dict[tuple[str, str], list[tuple[Any, Question, np.ndarray, float | None]]] = {}
+    features: dict[tuple[str, str], list[tuple[Any, Question, np.ndarray, float | None, Any]]] = {}
 
     def score(params: ZeroShotParams, qtype: str) -> tuple[float, float]:
         fam.params = params  # the family's own scoring rule, with the candidate parameters
         key = (qtype, params.templates.get(qtype, ""))
         if key not in features:
             features[key] = [(item["expected"], q, np.asarray([embed.cos(view.text, t) for t in fam.option_texts(q)]),
-                              embed.cos(*view.parts[:2]) if len(view.parts) >= 2 else None)
+                              embed.cos(*view.parts[:2]) if len(view.parts) >= 2 else None, view)
                              for item, q, view in fitting if q.type == qtype]
         loss, right = 0.0, 0
         rows = features[key]
-        for expected, q, cos, pair in rows:
-            n, ok = _nll(fam.probabilities(q, cos, pair if fam._paired(q, (".", ".") if pair is not None else ())
-                                           else None), expected, q)
+        for expected, q, cos, pair, view in rows:
+            n, ok = _nll(fam.probabilities(q, cos, pair if fam._paired(q, view) else None), expected, q)
             loss, right = loss + n, right + ok
         return loss / max(len(rows), 1), right / max(len(rows), 1)
 

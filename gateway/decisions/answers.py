@@ -29,6 +29,7 @@ class Outcome:
 
     probabilities: np.ndarray
     spans: list[dict[str, Any]] = field(default_factory=list)
+    box: dict[str, float] | None = None  # box questions: fractions of the image, top-left origin
 
 
 def confidence(p: np.ndarray, formula: str) -> float:
@@ -58,6 +59,10 @@ def assemble(q: Question, outcome: Outcome, formulas: dict[str, str], threshold:
              ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """(answers by answer id, extras: {"sets"|"spans": ...}) for one answered question."""
     p = np.asarray(outcome.probabilities, dtype=np.float64)
+    if q.type == "box":  # confidence may be null (nothing to choose between), never another non-finite value
+        assert outcome.box is not None
+        conf = None if np.isnan(p[0]) else _round(p[0])
+        return {q.id: {"type": "box", "box": outcome.box, "confidence": conf}}, {}
     if not np.all(np.isfinite(p)):
         raise NonFinite("the model produced a non-finite number")
     coverage = {"input_coverage": "complete"} if q.require_full_input else {}

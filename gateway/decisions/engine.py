@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
+from ..assets import Assets
 from ..errors import ApiError, ItemCode, ItemError, QuestionCode
 from ..runtime import Runtime, ServedModel
 from ..surfaces.common import Strict, parse, response_meta
@@ -23,6 +24,7 @@ from .answers import NonFinite, assemble
 from .cache import Cached, ResultCache
 from .cache import key as cache_key
 from .families import Ask, Context, Family, Phases, family_for
+from .media import EntryMedia, decode, substitute
 from .questions import Invalid, Question, QuestionError, check_collisions, validate
 from .state import OMITTED, State, parse_state
 
@@ -68,6 +70,7 @@ class Entry:
     questions: list[Question | Invalid]
     rejected: ApiError | None = None
     asks: list[Ask] = field(default_factory=list)
+    media: EntryMedia | None = None
 
 
 @dataclass
@@ -133,13 +136,13 @@ def _questions(raw: Any, where: str) -> dict[str, Any]:
     return raw
 
 
-def _entry(model: ServedModel, fam: Family, name: str | None, state_raw: Any, questions_raw: Any, roles: Any,
-           media: dict[str, Any]) -> Entry:
+def _entry(model: ServedModel, fam: Family, name: str | None, media: EntryMedia, roles: Any) -> Entry:
     where = "questions" if name is None else f"states.{name}.questions"
-    questions = _questions(questions_raw, where)
-    state = parse_state(state_raw, roles, where="state" if name is None else f"states.{name}.state")
+    questions = _questions(media.questions, where)
+    state = parse_state(media.state, roles, where="state" if name is None else f"states.{name}.state")
     spec = model.card.decisions
     assert spec is not None
+    placements = set(model.card.image_placements)
     checked: list[Question | Invalid] = []
     for qid, raw in questions.items():
         q = validate(qid, raw, spec, model.id)
@@ -147,25 +150,54 @@ def _entry(model: ServedModel, fam: Family, name: str | None, state_raw: Any, qu
             try:
                 fam.check(q)
                 state.span_view(q.over) if q.type == "span" else state.view(q.over)
+                if q.type == "box":
+                    _box_target(model, q, media)
+                outside = media.question_places.get(qid, set()) - placements
+                if outside:
+                    raise QuestionError(f"images in a question's {sorted(outside)} are read only by models whose "
+                                        f"image_placements list them; model {model.id} reads images in "
+                                        f"{sorted(placements) or 'none'}", "question_images_unsupported")
             except QuestionError as exc:
                 q = Invalid(qid, q.type, str(exc), exc.code)
         checked.append(q)
-    entry = Entry(name, state, check_collisions(checked))
-    for kind, items in media.items():
-        if items:
-            modalities = list(getattr(model.card, "modalities", None) or ["text"])
-            if kind.rstrip("s") not in modalities:
-                entry.rejected = ApiError("invalid_request", f"model {model.id} does not read {kind}; it reads "
-                                                             f"{modalities}")
+    entry = Entry(name, state, check_collisions(checked), media=media)
+    modalities = list(model.card.modalities or ["text"])
+    # Images in the state need the modality; images in a question fail that question by placement (above).
+    used = {"images": bool(media.images), "videos": bool(media.videos)}
+    for kind, present in used.items():
+        if present and kind.rstrip("s") not in modalities:
+            entry.rejected = ApiError("invalid_request", f"model {model.id} does not read {kind}; it reads "
+                                                         f"{modalities}")
     return entry
 
 
-def build_entries(model: ServedModel, req: DecisionRequest) -> list[Entry]:
+def _box_target(model: ServedModel, q: Question, media: EntryMedia) -> None:
+    """A box question locates what its instructions describe in the one image they reference, else in the
+    state's only image; `at` (a moment of a video) needs a model that reads videos."""
+    if "at" in q.extra and "video" not in model.card.modalities:
+        raise QuestionError(f"box questions with `at` locate a moment of a video; model {model.id} reads no "
+                            "videos", "box_unsupported")
+    own = media.question_images.get(q.id, [])
+    if len(own) > 1:
+        raise QuestionError(f"the instructions reference {len(own)} images; a box question locates in one",
+                            "box_target_ambiguous")
+    if not own and len(media.images) > 1:
+        raise QuestionError(f"the state holds {len(media.images)} images; reference the one to search in the "
+                            "instructions", "box_target_ambiguous")
+    if not own and not media.images:
+        raise QuestionError("a box question needs an image: in its instructions or the state", "box_needs_image")
+
+
+def build_entries(model: ServedModel, req: DecisionRequest, parts: dict[str, bytes] | None = None, *,
+                  leading: bool = False) -> list[Entry]:
     fam = family(model)
     roles = _roles(req)
+    assets = Assets.parse(req.assets, parts)
     if "states" not in req.model_fields_set:
-        entry = _entry(model, fam, None, req.state, req.questions, roles,
-                       {"images": req.images, "videos": req.videos})
+        media = substitute(assets, req.state, req.questions, req.images, "", leading=leading)
+        media.videos = list(req.videos or [])
+        assets.check_all_used()
+        entry = _entry(model, fam, None, media, roles)
         if entry.rejected is not None:
             raise entry.rejected
         return [entry]
@@ -183,11 +215,29 @@ def build_entries(model: ServedModel, req: DecisionRequest) -> list[Entry]:
         for needed in ("state", "questions"):
             if needed not in raw:
                 raise ApiError("invalid_request", f"states.{name}.{needed} is required")
-        entries.append(_entry(model, fam, name, raw["state"], raw["questions"], roles,
-                              {"images": raw.get("images"), "videos": raw.get("videos")}))
+        media = substitute(assets, raw["state"], raw["questions"], raw.get("images"), f"states.{name}.",
+                           leading=leading)
+        media.videos = list(raw.get("videos") or [])
+        entries.append(_entry(model, fam, name, media, roles))
+    assets.check_all_used()
     if all(e.rejected is not None for e in entries):
         raise next(e.rejected for e in entries if e.rejected is not None)
     return entries
+
+
+async def _decode(model: ServedModel, entries: list[Entry]) -> None:
+    """Decode each entry's images; a rejected image fails its entry (or, alone, the request) naming the asset."""
+    for entry in entries:
+        if entry.rejected is not None or entry.media is None:
+            continue
+        valid = {q.id for q in entry.questions if isinstance(q, Question)}
+        pictures = [*entry.media.images, *(p for qid, ps in entry.media.question_images.items() if qid in valid
+                                           for p in ps)]
+        if not pictures:
+            continue
+        rejected = await decode(model, pictures)
+        if rejected:
+            entry.rejected = ApiError("invalid_request", next(iter(rejected.values())))
 
 
 def _check_any_valid(entries: list[Entry]) -> None:
@@ -234,12 +284,15 @@ class Plan:
     phases: list[Phases] = field(default_factory=list)
 
 
-def plan(runtime: Runtime, model: ServedModel, req: DecisionRequest, timing: Timing | None, *,
-         long_context: bool = False, whole: bool = False) -> Plan:
+async def plan(runtime: Runtime, model: ServedModel, req: DecisionRequest, timing: Timing | None, *,
+               long_context: bool = False, whole: bool = False, parts: dict[str, bytes] | None = None,
+               leading: bool = False) -> Plan:
     """Validate a request; a failure of the request as a whole raises ApiError (400 and friends). `whole`: System
-    One answers invalid questions as the request's failure (422), so a request with none valid is not a 400."""
+    One answers invalid questions as the request's failure (422), so a request with none valid is not a 400.
+    `parts`: a multipart body's image parts; `leading`: System One's array states with images before the text."""
     started = time.perf_counter()
-    entries = build_entries(model, req)
+    entries = build_entries(model, req, parts, leading=leading)
+    await _decode(model, entries)
     if not whole:
         _check_any_valid(entries)
     for entry in entries:
@@ -255,7 +308,11 @@ def plan(runtime: Runtime, model: ServedModel, req: DecisionRequest, timing: Tim
         for q in entry.questions:
             if isinstance(q, Question):
                 view = entry.state.span_view(q.over) if q.type == "span" else entry.state.view(q.over)
-                ask = Ask(entry.name, q, view)
+                media = entry.media
+                pictures = [] if media is None or q.type == "span" else [*media.images,
+                                                                        *media.question_images.get(q.id, [])]
+                ask = Ask(entry.name, q, view, pictures=pictures,
+                          own_pictures=list(media.question_images.get(q.id, [])) if media else [])
                 entry.asks.append(ask)
                 asks.append(ask)
     if timing is not None:
@@ -331,8 +388,8 @@ def _question_limits(p: Plan) -> None:
 
 
 async def answer(runtime: Runtime, model: ServedModel, req: DecisionRequest, timing: Timing | None, *,
-                 long_context: bool = False) -> Answered:
-    p = plan(runtime, model, req, timing, long_context=long_context)
+                 long_context: bool = False, parts: dict[str, bytes] | None = None) -> Answered:
+    p = await plan(runtime, model, req, timing, long_context=long_context, parts=parts)
     await run(runtime, [p])
     return finish(runtime, p)
 

@@ -33,6 +33,11 @@ async def prepare(runtime: Runtime, model: ServedModel) -> None:
             if component.status == "failed" or time.monotonic() > deadline:
                 raise GoldenMismatch(f"component {name} is {component.status}: {component.reason}")
             await asyncio.sleep(0.1)
+    for name in fam.optional_components():
+        while (component := runtime.models.get(name)) is not None and not component.ready:
+            if component.status == "failed" or time.monotonic() > deadline:
+                break  # questions over images then fail alone, as unavailable
+            await asyncio.sleep(0.1)
     await fam.warm(runtime)
 
 

@@ -14,7 +14,8 @@ from .engine import DecisionRequest, answer, parse_request, render_decisions
 async def decide(runtime: Runtime, model: ServedModel, req: DecisionRequest, call: Call | None = None
                  ) -> dict[str, Any]:
     """The surface's work, shared by the HTTP handler, bundles and the readiness (golden) check."""
-    answered = await answer(runtime, model, req, call.timing if call is not None else None)
+    answered = await answer(runtime, model, req, call.timing if call is not None else None,
+                            parts=call.parts if call is not None else None)
     return render_decisions(answered, req.options.return_meta)
 
 

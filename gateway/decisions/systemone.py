@@ -112,10 +112,12 @@ def _long_context(request: web.Request) -> bool:
     return request.headers.get(LONG_CONTEXT_HEADER, "").strip().lower() == "true"
 
 
-def _plan(runtime: Runtime, schema: str, body: Any, timing: Timing | None, long_context: bool) -> Plan:
+async def _plan(runtime: Runtime, schema: str, body: Any, timing: Timing | None, long_context: bool,
+                parts: dict[str, bytes] | None) -> Plan:
     req = _parse(schema, body)
     model = runtime.resolve(req.model, "decisions")
-    return plan(runtime, model, req, timing, long_context=long_context, whole=True)
+    return await plan(runtime, model, req, timing, long_context=long_context, whole=True, parts=parts,
+                      leading=True)
 
 
 def _respond(runtime: Runtime, schema: str, p: Plan) -> dict[str, Any]:
@@ -137,7 +139,7 @@ def routes(schema: str) -> list[web.RouteDef]:
     async def create_systemone(call: Call) -> dict[str, Any]:
         try:
             call.timing.begin("tokenize")
-            p = _plan(call.runtime, schema, call.body, call.timing, _long_context(call.request))
+            p = await _plan(call.runtime, schema, call.body, call.timing, _long_context(call.request), call.parts)
             early = invalid_before_running(schema, p)
             if early is not None:
                 raise early
@@ -168,7 +170,8 @@ def routes(schema: str) -> list[web.RouteDef]:
         responses: dict[str, dict[str, Any]] = {}
         for name, raw in body["requests"].items():
             try:
-                planned = _plan(call.runtime, schema, raw, Timing(started=call.timing.started), long_context)
+                planned = await _plan(call.runtime, schema, raw, Timing(started=call.timing.started), long_context,
+                                      None)
                 early = invalid_before_running(schema, planned)
                 if early is not None:
                     raise early

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -34,6 +34,9 @@ class Ask:
     question_tokens: int = 0  # tokens of the question's own texts (instructions, options)
     view_tokens: int = 0  # tokens of the state read for it (a lower bound when read in part)
     reason: str | None = None  # which limit failed it, when one did (System One's flat `reason`)
+    pictures: list[Any] = field(default_factory=list)  # media.Picture: the images it reads, in "[image k]" order
+    own_pictures: list[Any] = field(default_factory=list)  # those in the question itself (instructions, options)
+    seen: dict[int, Any] = field(default_factory=dict)  # image number → what the family read in it (OCR lines)
 
     def fail(self, error: ItemError) -> None:
         if self.error is None:
@@ -87,6 +90,10 @@ class Family(ABC):
 
     def components(self) -> list[str]:
         """Other served models this family reads through (their ids); the model is ready only when they are."""
+        return []
+
+    def optional_components(self) -> list[str]:
+        """Models it reads through only when this process serves them (waited for then, skipped otherwise)."""
         return []
 
     async def warm(self, runtime: Runtime) -> None:  # noqa: B027 - optional hook

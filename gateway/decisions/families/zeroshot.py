@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from pydantic import Field
 
 from ...errors import ItemError
 from ...heads import decode_spans
+from ...images.ocr import read_many
 from ...runtime import ServedModel
 from ...surfaces.classify import Item, prepare_item, token_probabilities
 from ...surfaces.forward import Job, forward
@@ -34,6 +35,7 @@ from ...text import InputTooLong
 from ...timing import Timing
 from ..answers import Outcome
 from ..questions import Option, Question, QuestionError
+from ..state import View
 from .base import Ask, Context, Family, FamilyError, Params, Phases
 
 DEFAULT_TEMPLATES = {"choice": "{key}: {description}", "score": "{instructions} {description}",
@@ -47,11 +49,17 @@ class TaggerParams(Params):
 
 
 class PairParams(Params):
-    """Nouls over a state of several parts also weigh how alike its first two parts are (a candidate passage
-    and the request it should answer): logit += weight · (cos(part₁, part₂) − bias) / T."""
+    """Nouls over a state whose first two parts are a pair the card names (a request and a candidate passage, a
+    context and an answer) also weigh how alike the two parts are: logit += weight · (cos(part₁, part₂) − bias) / T.
+    Other multi-part states (a subject and a body, a previous message and a request) are read as one text."""
 
     weight: float = 0.0
     bias: float = 0.0
+    parts: list[tuple[str, str]] = Field(default_factory=list)
+
+
+class OcrParams(Params):
+    model: str  # id of the served OCR card: images are read as their text lines
 
 
 class ZeroShotParams(Params):
@@ -61,6 +69,7 @@ class ZeroShotParams(Params):
     bias: dict[str, float] = Field(default_factory=dict)
     cache_entries: int = 4096
     tagger: TaggerParams | None = None
+    ocr: OcrParams | None = None
 
 
 _TRUNCATE = Question("", "noul", "", overflow="truncate")  # how a part compared with another part is read
@@ -122,6 +131,10 @@ class ZeroShot(Family):
     def components(self) -> list[str]:
         return [self.params.tagger.model] if self.params.tagger is not None else []
 
+    def optional_components(self) -> list[str]:
+        """The OCR model: waited for when this process serves it; without it, questions over images fail alone."""
+        return [self.params.ocr.model] if self.params.ocr is not None else []
+
     # -- validation --------------------------------------------------------------------------------------------
     def check(self, question: Question) -> None:
         if question.type == "span":
@@ -173,14 +186,89 @@ class ZeroShot(Family):
 
     # -- answering ---------------------------------------------------------------------------------------------
     async def answer(self, ctx: Context, asks: list[Ask]) -> list[Phases]:
-        embed = [a for a in asks if a.question.type != "span"]
-        spans = [a for a in asks if a.question.type == "span"]
         phases: list[Phases] = []
+        pictured = [a for a in asks if a.pictures]
+        if pictured:
+            phases.append(await self._read_images(ctx, pictured))
+        live = [a for a in asks if a.error is None]
+        embed = [a for a in live if a.question.type not in ("span", "box")]
+        spans = [a for a in live if a.question.type == "span"]
+        boxes = [a for a in live if a.question.type == "box"]
         if embed:
             phases.append(await self._embedded(ctx, embed))
         if spans:
             phases.append(await self._tagged(ctx, spans))
+        if boxes:
+            phases.append(await self._boxes(ctx, boxes))
         return phases
+
+    # -- images: read as their OCR text lines ------------------------------------------------------------------
+    async def _read_images(self, ctx: Context, asks: list[Ask]) -> Phases:
+        """Each image a question reads becomes "[image k]" followed by its text lines, in front of the state."""
+        ocr_params: OcrParams | None = self.params.ocr
+        ocr = ctx.runtime.models.get(ocr_params.model) if ocr_params is not None else None
+        if ocr is None or not ocr.ready:
+            why = ("this model reads no images" if ocr_params is None else
+                   f"it reads images through {ocr_params.model}, which is not {'served' if ocr is None else 'ready'}")
+            for ask in asks:
+                ask.fail(ItemError("unavailable", f"the question reads images, but {why}"))
+            return Phases()
+        distinct = {id(p.decoded): p.decoded for a in asks for p in a.pictures if p.decoded is not None}
+        timing = Timing(started=ctx.started)
+        answers = await read_many(ctx.runtime, ocr, list(distinct.values()), deadline_ms=ctx.deadline_ms,
+                                  timing=timing)
+        found = dict(zip(distinct, answers, strict=True))
+        for ask in asks:
+            blocks = []
+            for picture in ask.pictures:
+                lines = found.get(id(picture.decoded))
+                if isinstance(lines, ItemError) or lines is None:
+                    ask.fail(lines or ItemError("invalid_model_output", "an image was not read"))
+                    break
+                ask.seen[picture.number] = lines
+                blocks.append(f"[image {picture.number}]\n" + "\n".join(line.text for line in lines))
+            if ask.error is None:
+                ask.view = replace(ask.view, text="\n\n".join([*blocks, ask.view.text]))
+        return Phases.of(timing.ms["queue"], timing.ms["forward"])
+
+    async def _boxes(self, ctx: Context, asks: list[Ask]) -> Phases:
+        """Box: the text line of the target image whose text is most like the instructions; its probability is the
+        softmax of cos / T over the image's lines (no line: the whole image, confidence null)."""
+        encoder = self.model.text_encoder()
+        limit = self.model.card.limits.max_input_tokens
+        wanted: dict[str, Job] = {}
+        plans: list[tuple[Ask, Any, list[Any]]] = []
+        for ask in asks:
+            own = ask.own_pictures
+            target = own[0] if own else next(p for p in ask.pictures if p not in own)
+            lines = ask.seen.get(target.number, [])
+            instructions = re.sub(r"\[image \d+\]", " ", ask.question.instructions).strip() or "text"
+            plans.append((ask, target, lines))
+            for text in [instructions, *(line.text for line in lines)]:
+                if text not in wanted:
+                    wanted[text] = Job(encoder.encode(text, max_tokens=limit, overflow="truncate").ids)
+            ask.question_tokens = len(wanted[instructions].ids)
+        queue_ms, forward_ms = await forward(ctx.runtime, self.model, list(wanted.values()),
+                                             deadline_ms=ctx.deadline_ms, timing=Timing(started=ctx.started))
+        temperature = self.params.temperature.get("box", 0.05)
+        for ask, _target, lines in plans:
+            instructions = re.sub(r"\[image \d+\]", " ", ask.question.instructions).strip() or "text"
+            jobs = [wanted[instructions], *(wanted[line.text] for line in lines)]
+            failed = next((j.error for j in jobs if j.result is None), None)
+            if failed is not None or any(j.result is None for j in jobs):
+                ask.fail(failed or ItemError("invalid_model_output", "no answer"))
+                continue
+            if not lines:
+                ask.outcome = Outcome(np.asarray([np.nan]), box={"top": 0.0, "left": 0.0, "bottom": 1.0,
+                                                                  "right": 1.0})
+                continue
+            query = np.asarray(jobs[0].result.values, dtype=np.float64)  # type: ignore[union-attr]
+            cos = np.asarray([float(query @ np.asarray(j.result.values, dtype=np.float64))  # type: ignore[union-attr]
+                              for j in jobs[1:]])
+            p = _softmax(cos / temperature)
+            best = int(np.argmax(p))
+            ask.outcome = Outcome(np.asarray([p[best]]), box=lines[best].box.as_dict())
+        return Phases.of(queue_ms, forward_ms)
 
     def _read(self, ctx: Context, text: str, q: Question) -> _Reading:
         encoder = self.model.text_encoder()
@@ -215,7 +303,7 @@ class ZeroShot(Family):
             key = (ask.view.text, ask.question.overflow == "truncate")
             if key not in readings:
                 readings[key] = self._read(ctx, ask.view.text, ask.question)
-            if self._paired(ask.question, ask.view.parts):
+            if self._paired(ask.question, ask.view):
                 for part in ask.view.parts[:2]:
                     if (part, True) not in readings:
                         readings[(part, True)] = self._read(ctx, part, _TRUNCATE)
@@ -264,7 +352,7 @@ class ZeroShot(Family):
                               if j.result is not None])
             cos = np.max(np.stack(vectors) @ state.T, axis=1).astype(np.float64)  # best window per option
             pair = None
-            if self._paired(ask.question, ask.view.parts):
+            if self._paired(ask.question, ask.view):
                 first, second = (readings[(part, True)] for part in ask.view.parts[:2])
                 if first.error or second.error or not first.jobs[0].result or not second.jobs[0].result:
                     ask.fail(first.error or second.error or first.jobs[0].error or second.jobs[0].error
@@ -274,10 +362,12 @@ class ZeroShot(Family):
             ask.outcome = Outcome(self.probabilities(ask.question, cos, pair))
         return phases
 
-    def _paired(self, q: Question, parts: tuple[str, ...]) -> bool:
+    def _paired(self, q: Question, view: View) -> bool:
         false, true = q.options if q.type == "noul" else (None, None)
-        return (q.type == "noul" and len(parts) >= 2 and self.params.pair.weight != 0.0 and false is not None
-                and true is not None and false.description is None and true.description is None)
+        named = tuple(view.keys[:2]) in {tuple(p) for p in self.params.pair.parts}
+        return (q.type == "noul" and len(view.parts) >= 2 and named and self.params.pair.weight != 0.0
+                and false is not None and true is not None and false.description is None
+                and true.description is None)
 
     def probabilities(self, q: Question, cos: np.ndarray, pair: float | None = None) -> np.ndarray:
         """The family's scoring rule from cosines (one per option text) to the question's probabilities."""
