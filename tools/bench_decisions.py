@@ -44,20 +44,14 @@ from tools.benchlib import (
     server_timing,
 )
 from tools.docs import replace_section
+from tools.reference_examples import routing_request
 
 DECIDER, EMBEDDER = "decision-zeroshot", "all-minilm-l6-v2"
 MODELS = "all-minilm-l6-v2,pii-rampart,decision-zeroshot,domain-zeroshot,prompt-guard"
 TOPICS = ["merge two sorted lists in Python", "the derivative of x squared", "a good recipe for banana bread",
           "the causes of the French revolution", "how to reset a router password", "the best way to learn Spanish",
           "why the sky is blue", "a cover letter for a nurse position"]
-ROUTING: dict[str, Any] = {
-    "domain": {"type": "choice", "instructions": "Which domain does this request belong to?",
-               "choices": [{"key": "code", "description": "Programming"}, {"key": "math", "description": "Mathematics"},
-                           {"key": "other"}]},
-    "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
-    "difficulty": {"type": "score", "instructions": "How difficult is this request?",
-                   "levels": ["Trivial", "Moderate", "Hard"]},
-}
+ROUTING: dict[str, Any] = routing_request(DECIDER)["questions"]  # the spec's example: domain, reasoning, difficulty
 RELEVANCE = {"type": "noul", "instructions": "Does the candidate passage contain information that helps answer the "
                                              "request?"}
 PASSAGES = [f"Passage {i}: " + ("Refunds are accepted within 30 days of purchase." if i % 3 == 0 else

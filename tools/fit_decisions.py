@@ -27,6 +27,7 @@ from gateway.decisions.questions import Invalid, Question, validate
 from gateway.decisions.state import parse_state
 from gateway.runtime import ServedModel
 from sr_backend.encoder import RaggedRunner, make_session
+from tools.reference_examples import routing_request
 
 ROOT = Path(__file__).resolve().parents[1]
 CARD = ROOT / "model_repository" / "decision-zeroshot" / "card.yaml"
@@ -40,17 +41,7 @@ TEMPLATES = {
     "score": ["{instructions} {description}", "{description}", "{instructions} Level {key}: {description}"],
     "set": ["{key}: {description}", "{description}", "{instructions} {key}: {description}"],
 }
-GOLDEN: dict[str, Any] = {
-    "state": "Write a Python function that merges two sorted lists and explain its running time.",
-    "questions": {
-        "domain": {"type": "choice", "instructions": "Which domain does this request belong to?",
-                   "choices": [{"key": "code", "description": "Programming"},
-                               {"key": "math", "description": "Mathematics"}, {"key": "other"}]},
-        "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
-        "difficulty": {"type": "score", "instructions": "How difficult is this request?",
-                       "levels": ["Trivial", "Moderate", "Hard"]},
-    },
-}
+GOLDEN: dict[str, Any] = {k: v for k, v in routing_request("").items() if k != "model"}  # the spec's example
 
 
 class Embedder:

@@ -204,14 +204,21 @@ def build(repository: Path, name: str = "tiny-cross-encoder", labels: tuple[str,
     return target, worst
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tools.make_cross_encoder_fixture", description=__doc__,
+def cli(argv: list[str] | None, *, prog: str, doc: str | None, default_name: str, labels: tuple[str, ...],
+        make_card: Callable[[str, str], dict[str, Any]], token: bool = False) -> None:
+    """The command line every fixture tool shares: OUT_DIR [--name NAME]."""
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=doc,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", type=Path, help="model repository to write the model directory into")
-    parser.add_argument("--name", default="tiny-cross-encoder", help="model id, Triton name and directory name")
+    parser.add_argument("--name", default=default_name, help="model id, Triton name and directory name")
     args = parser.parse_args(argv)
-    target, worst = build(args.out_dir, args.name)
+    target, worst = build(args.out_dir, args.name, labels, make_card, token=token)
     print(f"wrote {target} (ONNX Runtime vs PyTorch: max abs diff {worst:.2e})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli(argv, prog="tools.make_cross_encoder_fixture", doc=__doc__, default_name="tiny-cross-encoder",
+        labels=("relevance",), make_card=card)
 
 
 if __name__ == "__main__":

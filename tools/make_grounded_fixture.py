@@ -11,11 +11,9 @@ gateway feeds it exactly what ONNX Runtime in process gets and decodes spans on 
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
-from tools.make_cross_encoder_fixture import MAX_INPUT_TOKENS, OPSET, SEED, TINY, VOCAB, build
+from tools.make_cross_encoder_fixture import MAX_INPUT_TOKENS, OPSET, SEED, TINY, VOCAB, cli
 
 LABELS = ("O", "B-UNSUPPORTED", "I-UNSUPPORTED")
 
@@ -46,13 +44,8 @@ def card(name: str, sha256: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tools.make_grounded_fixture", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out_dir", type=Path, help="model repository to write the model directory into")
-    parser.add_argument("--name", default="tiny-grounded", help="model id, Triton name and directory name")
-    args = parser.parse_args(argv)
-    target, worst = build(args.out_dir, args.name, LABELS, card, token=True)
-    print(f"wrote {target} (ONNX Runtime vs PyTorch: max abs diff {worst:.2e})")
+    cli(argv, prog="tools.make_grounded_fixture", doc=__doc__, default_name="tiny-grounded", labels=LABELS,
+        make_card=card, token=True)
 
 
 if __name__ == "__main__":

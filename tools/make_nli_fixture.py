@@ -12,11 +12,9 @@ logits by the adapter's rules.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
-from tools.make_cross_encoder_fixture import MAX_INPUT_TOKENS, OPSET, SEED, TINY, VOCAB, build
+from tools.make_cross_encoder_fixture import MAX_INPUT_TOKENS, OPSET, SEED, TINY, VOCAB, cli
 
 LABELS = ("entailment", "neutral", "contradiction")
 
@@ -57,13 +55,7 @@ def card(name: str, sha256: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tools.make_nli_fixture", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out_dir", type=Path, help="model repository to write the model directory into")
-    parser.add_argument("--name", default="tiny-nli", help="model id, Triton name and directory name")
-    args = parser.parse_args(argv)
-    target, worst = build(args.out_dir, args.name, LABELS, card)
-    print(f"wrote {target} (ONNX Runtime vs PyTorch: max abs diff {worst:.2e})")
+    cli(argv, prog="tools.make_nli_fixture", doc=__doc__, default_name="tiny-nli", labels=LABELS, make_card=card)
 
 
 if __name__ == "__main__":

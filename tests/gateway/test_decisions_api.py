@@ -13,21 +13,14 @@ import pytest
 from tokenizers import Tokenizer
 
 from gateway.text import TextEncoder
-from tools.reference_examples import check_all
+from tools.reference_examples import check_all, routing_request
 
 from .conftest import NLI, Served
 from .contract import check, timings
 
 MODEL = "decision-zeroshot"
-SPEC_STATE = "Write a Python function that merges two sorted lists and explain its running time."
-SPEC_QUESTIONS: dict[str, Any] = {
-    "domain": {"type": "choice", "instructions": "Which domain does this request belong to?",
-               "choices": [{"key": "code", "description": "Programming"}, {"key": "math", "description": "Mathematics"},
-                           {"key": "other"}]},
-    "reasoning": {"type": "noul", "instructions": "Does answering this request need multi-step reasoning?"},
-    "difficulty": {"type": "score", "instructions": "How difficult is this request?",
-                   "levels": ["Trivial", "Moderate", "Hard"]},
-}
+SPEC_STATE: str = routing_request(MODEL)["state"]  # the spec's first example (and the card's golden request)
+SPEC_QUESTIONS: dict[str, Any] = routing_request(MODEL)["questions"]
 
 
 def post(client: httpx.Client, body: Any, *, model: str | None = MODEL, status: int = 200) -> dict[str, Any]:
