@@ -293,6 +293,8 @@ async def plan(runtime: Runtime, model: ServedModel, req: DecisionRequest, timin
     started = time.perf_counter()
     entries = build_entries(model, req, parts, leading=leading)
     await _decode(model, entries)
+    if all(e.rejected is not None for e in entries):  # alone, or every entry: the (first) rejection answers
+        raise next(e.rejected for e in entries if e.rejected is not None)
     if not whole:
         _check_any_valid(entries)
     for entry in entries:

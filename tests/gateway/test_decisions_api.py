@@ -205,7 +205,7 @@ def test_a_request_with_no_valid_question_fails_naming_every_reason(http: httpx.
      "roles names parts of an object state"),
     ({"state": "x", "images": ["data:image/png;base64,AAAA"], "questions": {"q": {"type": "noul",
                                                                                 "instructions": "i"}}},
-     "does not read images"),
+     "images[0]"),
 ])
 def test_a_malformed_request_fails_as_a_whole_with_400(http: httpx.Client, body: dict[str, Any], message: str
                                                         ) -> None:
@@ -329,7 +329,7 @@ def test_models_lists_question_types_presets_limits_and_confidence_formulas(http
     r = http.get("/v1/models")
     check("/v1/models", "get", 200, r.json())
     card = next(c for c in r.json()["data"] if c["id"] == MODEL)
-    assert card["question_types"] == ["choice", "noul", "score", "set", "span"]
+    assert card["question_types"] == ["choice", "noul", "score", "set", "span", "box"]
     assert {"pii", "relevance"} <= set(card["decisions"]["presets"])
     assert card["decisions"]["confidence"]["choice"] == "1 - H/ln K"
     assert card["limits"]["max_scan_tokens"] == 4096 and card["limits"]["max_request_tokens"] == 65536
