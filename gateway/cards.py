@@ -96,6 +96,17 @@ class Golden(_Strict):
     expected: dict[str, Any]
 
 
+class PrecisionSpec(_Strict):
+    """A faster precision the card allows, and the check it must pass against the fp32 reference before it is
+    served (`sr-gateway models tune`): embeddings by cosine, classifiers by argmax and probability difference
+    (token heads per token, so the same spans)."""
+
+    min_cosine: float | None = Field(default=None, gt=0, le=1)
+    max_prob_diff: float | None = Field(default=None, ge=0, le=1)
+    same_argmax: bool = True
+    golden_tolerance: float | None = Field(default=None, gt=0)  # the served golden check's tolerance at it
+
+
 class Card(BaseModel):
     """The served part of a card; build-only sections (`build`, `artifacts`) are kept but not interpreted here."""
 
@@ -111,6 +122,8 @@ class Card(BaseModel):
     attribution: str | None = None
     surfaces: list[Surface]
     dtype: str = "fp32"
+    precisions: dict[Literal["bf16", "int8"], PrecisionSpec] = {}  # allowed beyond fp32, with their checks
+    engines: list[Literal["onnxruntime", "openvino"]] = ["onnxruntime", "openvino"]  # the tuner may try these
     numerics: Literal["exact", "approximate"] = "approximate"
     tokenizer: str = "tokenizer.json"
     limits: Limits

@@ -1,4 +1,4 @@
-"""`sr-gateway serve` and `sr-gateway models build`."""
+"""`sr-gateway serve`, `sr-gateway models build` and `sr-gateway models tune`."""
 
 from __future__ import annotations
 
@@ -71,6 +71,10 @@ def _build(args: argparse.Namespace) -> int:
             if not args.configs_only:
                 require_tensorrt()  # before building anything: a clear error on a machine without it
         build_repository(repo, force=args.force, strict=args.strict)
+        if not args.no_tune and args.target == "cpu":  # GPU configs are chosen by gpu.py's own golden check
+            from .modelbuild.tune import tune_repository
+
+            tune_repository(repo, engine=args.engine, precision=args.precision)
         if args.target == "gpu":
             for variant in build_gpu_repository(repo, plans=not args.configs_only):
                 print(f"{variant.model}: GPU variant, TensorRT plans fp16={variant.fp16}, max abs diff vs CPU "
@@ -80,6 +84,28 @@ def _build(args: argparse.Namespace) -> int:
         print(f"models build failed: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from .cards import CardError
+    from .modelbuild.tune import TuneError, tune_repository
+
+    try:
+        tune_repository(Path(args.model_repository), only=args.model or None, engine=args.engine,
+                        precision=args.precision, force=args.force)
+    except (TuneError, CardError) as exc:
+        print(f"models tune failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _engine_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", choices=["onnxruntime", "openvino"],
+                        default=os.environ.get("SR_GATEWAY_ENGINE") or None,
+                        help="serve text models on this engine instead of the measured fastest")
+    parser.add_argument("--precision", choices=["fp32", "bf16", "int8"],
+                        default=os.environ.get("SR_GATEWAY_PRECISION") or None,
+                        help="serve at this precision (the card must allow it and its check must pass)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +132,18 @@ def main(argv: list[str] | None = None) -> int:
                             "passes); changes the repository's configs in place, so build a copy")
     build.add_argument("--configs-only", action="store_true",
                        help="with --target gpu: write the GPU configs without building TensorRT plans")
+    build.add_argument("--no-tune", action="store_true",
+                       help="skip `models tune` (the configs keep their current engine choice)")
+    _engine_flags(build)
     build.set_defaults(run=_build)
+    tune = model_commands.add_parser("tune", help="measure each text model's engines, precisions and "
+                                                  "instances x threads on this host; write the fastest passing "
+                                                  "choice into its Triton config (cached per CPU and graph)")
+    tune.add_argument("--model-repository", default=str(DEFAULT_REPOSITORY))
+    tune.add_argument("--model", action="append", help="only this model id (repeatable)")
+    tune.add_argument("--force", action="store_true", help="measure again even when the cache matches")
+    _engine_flags(tune)
+    tune.set_defaults(run=_tune)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

@@ -31,6 +31,8 @@ DEVICE = "cpu"
 @dataclass
 class ServedModel:
     card: Card
+    # engine, precision, threads from the Triton config (`sr-gateway models tune` writes them; instances: Triton's)
+    engine: dict[str, Any] = field(default_factory=lambda: {"engine": "onnxruntime", "precision": "fp32"})
     status: str = "starting"
     reason: str | None = None
     tokenizer: Tokenizer | None = None
@@ -79,11 +81,36 @@ class ServedModel:
         return self._encoder
 
 
+def served_precision(card: Card) -> tuple[Card, dict[str, Any]]:
+    """The engine choice in the model's Triton config, and the card as served at its precision: a faster
+    precision the card allows has its own golden tolerance (the fp32 tolerance would reject its rounding)."""
+    from .modelbuild.tune import read_config_choice
+
+    choice = read_config_choice(card.directory.parent / card.triton_name / "config.pbtxt")
+    spec = card.precisions.get(choice["precision"])  # type: ignore[call-overload]
+    if card.golden is not None and spec is not None and spec.golden_tolerance is not None:
+        card = card.model_copy(update={"golden": card.golden.model_copy(update={"tolerance": spec.golden_tolerance})})
+    return card, {"engine": choice["engine"], "precision": choice["precision"], "threads": int(choice["threads"])}
+
+
+def served_engine(model: ServedModel) -> str:
+    """`triton/<engine>`: the engine inside Triton that runs this model (ENGINE for the default)."""
+    return f"triton/{model.engine.get('engine', 'onnxruntime')}"
+
+
+def served_dtype(model: ServedModel) -> str:
+    """The card's dtype with its fp32 activations replaced by the served precision (int4-weights/fp32 → /bf16)."""
+    precision = model.engine.get("precision", "fp32")
+    if precision == "fp32":
+        return model.card.dtype
+    return model.card.dtype.replace("fp32", precision) if "fp32" in model.card.dtype else precision
+
+
 class Runtime:
     def __init__(self, settings: Settings, cards: list[Card], metrics: Metrics) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.models: dict[str, ServedModel] = {c.id: ServedModel(c) for c in cards}
+        self.models: dict[str, ServedModel] = {c.id: ServedModel(*served_precision(c)) for c in cards}
         self.triton: Engine | None = None  # Triton over gRPC, or an in-process fake in the logic tests
         self.draining = False
         self.inflight: dict[str, int] = {}  # inputs submitted to Triton and not yet answered, per Triton model

@@ -1,4 +1,4 @@
-"""Run a ragged batch of token sequences through one ONNX Runtime session.
+"""Run a ragged batch of token sequences through one engine (sr_backend.engines: ONNX Runtime, OpenVINO).
 
 Triton hands `execute()` many requests of different lengths. Sorting them by length and packing chunks under a
 token budget pads each chunk only to its own longest row, so one long input does not inflate every short one.
@@ -9,13 +9,17 @@ This module has no Triton dependency: the in-process benchmark baseline uses exa
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
+
+from .engines import Engine
+from .engines.ort_engine import OrtEngine, make_session
+
+__all__ = ["BatchStats", "RaggedRunner", "Row", "make_session", "plan_chunks"]
 
 
 @dataclass(frozen=True)
@@ -31,18 +35,6 @@ class BatchStats:
 class Row:
     ids: np.ndarray  # int64 [L]
     type_ids: np.ndarray | None = None  # int64 [L]; segment ids of text pairs
-
-
-def make_session(path: str, threads: int = 0) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads or (os.cpu_count() or 1)
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # Idle pool threads sleep instead of spinning: in a server the cores they would burn belong to the gateway,
-    # gRPC and the other models between forwards.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
 
 
 def plan_chunks(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int]]:
@@ -63,15 +55,14 @@ def plan_chunks(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int]
 
 
 class RaggedRunner:
-    """An ONNX graph `(input_ids, attention_mask[, token_type_ids]) -> [B, D] | [B, L, C]` over ragged rows."""
+    """A graph `(input_ids, attention_mask[, token_type_ids]) -> [B, D] | [B, L, C]` over ragged rows, on any
+    engine (an ONNX Runtime session is taken as the onnxruntime fp32 engine)."""
 
-    def __init__(self, session: ort.InferenceSession, max_batch_tokens: int = 8192) -> None:
-        self.session = session
+    def __init__(self, engine: Engine | ort.InferenceSession, max_batch_tokens: int = 8192) -> None:
+        self.engine: Engine = OrtEngine(engine) if isinstance(engine, ort.InferenceSession) else engine
         self.max_batch_tokens = max_batch_tokens
-        out = session.get_outputs()[0]
-        self.output = out.name
-        self.per_token = len(out.shape) == 3
-        self.inputs = {i.name for i in session.get_inputs()}
+        self.per_token = self.engine.per_token
+        self.inputs = self.engine.inputs
 
     def run(self, rows: Sequence[Row | np.ndarray]) -> tuple[list[np.ndarray], BatchStats]:
         items = [r if isinstance(r, Row) else Row(r) for r in rows]
@@ -93,7 +84,7 @@ class RaggedRunner:
             feed = {"input_ids": ids, "attention_mask": mask}
             if "token_type_ids" in self.inputs:
                 feed["token_type_ids"] = types
-            result = self.session.run([self.output], feed)[0]
+            result = self.engine.forward(feed)
             for j, i in enumerate(chunk):
                 out[i] = result[j, : lengths[i]] if self.per_token else result[j]
             padded += ids.size

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from sr_backend.encoder import RaggedRunner, Row, make_session
+from sr_backend.encoder import RaggedRunner, Row
+from sr_backend.engines import load_engine
 
 
 def _parameter(config: dict[str, Any], key: str, default: str) -> str:
@@ -29,8 +31,10 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         threads = int(os.environ.get("SR_BACKEND_THREADS") or _parameter(config, "intra_op_threads", "0"))
-        session = make_session(os.path.join(version_dir, _parameter(config, "onnx_file", "model.onnx")), threads)
-        self.runner = RaggedRunner(session, int(_parameter(config, "max_batch_tokens", "8192")))
+        # the engine and precision `sr-gateway models tune` chose for this host (fp32 ONNX Runtime by default)
+        engine = load_engine(_parameter(config, "engine", "onnxruntime"), _parameter(config, "precision", "fp32"),
+                             Path(version_dir) / _parameter(config, "onnx_file", "model.onnx"), threads)
+        self.runner = RaggedRunner(engine, int(_parameter(config, "max_batch_tokens", "8192")))
         self.output = next(o["name"] for o in config["output"] if o["name"] != "TIMING")
 
     def execute(self, requests: list[Any]) -> list[Any]:

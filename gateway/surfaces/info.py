@@ -9,7 +9,7 @@ import yaml
 from aiohttp import web
 
 from ..decisions.answers import FORMULAS
-from ..runtime import ENGINE, Runtime, ServedModel
+from ..runtime import Runtime, ServedModel, served_dtype, served_engine
 from .common import RUNTIME_KEY, json_response
 
 OPENAPI_PATH = Path(__file__).resolve().parent.parent / "openapi.yaml"
@@ -38,8 +38,10 @@ def model_card(model: ServedModel) -> dict[str, Any]:
         "modalities": list(card.modalities), "image_placements": list(card.image_placements),
         "limits": card.limits.model_dump(exclude={k for k in _DECISION_LIMITS
                                                   if getattr(card.limits, k) is None}), "licence": card.licence,
-        "attribution": card.attribution, "engine": ENGINE, "engine_args": model.engine_args,
-        "accelerator": model.device, "device": model.device, "dtype": card.dtype, "numerics": card.numerics,
+        "attribution": card.attribution, "engine": served_engine(model),
+        "engine_args": {**model.engine, **model.engine_args},
+        "accelerator": model.device, "device": model.device, "dtype": served_dtype(model),
+        "numerics": card.numerics,
         "tokenizer": card.tokenizer,
     })
     if card.image_max_pixels is not None:

@@ -1,0 +1,48 @@
+"""OpenVINO on the CPU, fp32 or bf16 inference precision (AMX / AVX-512-BF16 kernels; a CPU without native bf16
+is refused rather than silently run at another precision)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import EngineError
+
+_HINT = {"fp32": "f32", "bf16": "bf16"}
+
+
+class OpenVinoEngine:
+    name = "openvino"
+
+    def __init__(self, compiled: Any, precision: str, inputs: frozenset[str], per_token: bool) -> None:
+        self.compiled = compiled
+        self.precision = precision
+        self.inputs = inputs
+        self.per_token = per_token
+        self.request = compiled.create_infer_request()
+
+    @classmethod
+    def from_file(cls, onnx: Path, precision: str, threads: int) -> OpenVinoEngine:
+        try:
+            import openvino as ov
+        except ImportError as exc:
+            raise EngineError("the openvino engine needs the `engines` extra: pip install -e '.[engines]'") from exc
+        core = ov.Core()
+        capabilities = set(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+        if precision == "bf16" and "BF16" not in capabilities:
+            raise EngineError(f"this CPU has no native bf16 (OpenVINO capabilities: {sorted(capabilities)})")
+        model = core.read_model(str(onnx))
+        config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": _HINT[precision], "PERFORMANCE_HINT": "LATENCY",
+                                  "NUM_STREAMS": 1}
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = threads
+        compiled = core.compile_model(model, "CPU", config)
+        inputs = frozenset(i.get_any_name() for i in model.inputs)
+        per_token = len(model.outputs[0].get_partial_shape()) == 3
+        return cls(compiled, precision, inputs, per_token)
+
+    def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        result = self.request.infer(feed)
+        return np.array(result[self.compiled.output(0)], dtype=np.float32)

@@ -1,0 +1,67 @@
+"""ONNX Runtime on the CPU: the fp32 graph, or its dynamically quantised int8 copy (VNNI kernels where the CPU has
+them, AVX2 u8s8 otherwise)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+
+def make_session(path: str, threads: int = 0) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or (os.cpu_count() or 1)
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Idle pool threads sleep instead of spinning: in a server the cores they would burn belong to the gateway,
+    # gRPC and the other models between forwards.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
+
+
+class OrtEngine:
+    name = "onnxruntime"
+
+    def __init__(self, session: ort.InferenceSession, precision: str = "fp32") -> None:
+        self.session = session
+        self.precision = precision
+        out = session.get_outputs()[0]
+        self.output = out.name
+        self.per_token = len(out.shape) == 3
+        self.inputs = frozenset(i.name for i in session.get_inputs())
+
+    @classmethod
+    def from_file(cls, path: Path, precision: str, threads: int) -> OrtEngine:
+        return cls(make_session(str(path), threads), precision)
+
+    def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        return np.asarray(self.session.run([self.output], feed)[0])
+
+
+QUANT_RECIPE = "dynamic QInt8 MatMul per-channel reduce-range v1"
+
+
+def ensure_int8(source: Path, target: Path) -> bool:
+    """Quantise unless `target` was made from this `source` by this recipe (recorded beside it); True if made."""
+    stamp = target.with_name(target.name + ".recipe")
+    want = f"{QUANT_RECIPE}\n{source.stat().st_size} {source.stat().st_mtime_ns}\n"
+    if target.is_file() and stamp.is_file() and stamp.read_text() == want:
+        return False
+    quantize_int8(source, target)
+    stamp.write_text(want)
+    return True
+
+
+def quantize_int8(source: Path, target: Path) -> None:
+    """Dynamic quantisation of the MatMul weights (per channel, signed 7-bit range); activations are quantised per
+    forward. The reduced range avoids the u8s8 saturation of AVX2 kernels without VNNI (measured on MiniLM: min
+    cosine 0.990 vs 0.985 at full range). Written to a temporary name first so a crash never leaves a half file."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    partial = target.with_name(target.name + ".partial")
+    quantize_dynamic(str(source), str(partial), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
+                     op_types_to_quantize=["MatMul"])
+    partial.replace(target)

@@ -1,0 +1,200 @@
+"""Engines behind the ragged runner, declared and verified precisions, and the per-host tuning cache.
+
+Real graphs from the built repository (MiniLM), real ONNX Runtime / OpenVINO / dynamic quantisation; the timing
+window is shortened so the measurements stay quick, the decisions they drive are the tuner's own.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from gateway import cli
+from gateway.cards import Card, PrecisionSpec, discover, load_card
+from gateway.modelbuild import tune
+from sr_backend.encoder import RaggedRunner
+from sr_backend.engines import EngineError, load_engine
+from sr_backend.engines.host import detect
+from sr_backend.engines.ort_engine import quantize_int8
+
+from .conftest import free_port, start, stop, wait_for
+
+REPO = Path(__file__).resolve().parents[2] / "model_repository"
+MODEL = "all-minilm-l6-v2"
+
+
+def _card() -> Card:
+    card = discover(REPO, [MODEL])[0]
+    if not (card.version_dir / "model.onnx").is_file():
+        pytest.fail("model repository is not built: run `make models`")
+    return card
+
+
+@pytest.fixture
+def repo_copy(tmp_path: Path) -> Path:
+    """MiniLM's directory with its own config (tuning rewrites it) and the built graph linked, not copied."""
+    source = REPO / MODEL
+    target = tmp_path / MODEL
+    (target / "1").mkdir(parents=True)
+    for name in ("card.yaml", "config.pbtxt"):
+        shutil.copy(source / name, target / name)
+    shutil.copy(source / "1" / "model.py", target / "1" / "model.py")
+    for name in ("model.onnx", "tokenizer.json"):
+        (target / "1" / name).symlink_to(source / "1" / name)
+    return tmp_path
+
+
+@pytest.fixture
+def quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tune, "MIN_SECONDS", 0.05)
+    monkeypatch.setattr(tune, "MIN_REPEATS", 1)
+    monkeypatch.setattr(tune, "THROUGHPUT_SHAPE", (4, 64))
+
+
+def test_openvino_and_onnxruntime_give_the_same_embeddings_through_the_ragged_runner() -> None:
+    card = _card()
+    rows = tune.verification_rows(card)
+    onnx = card.version_dir / "model.onnx"
+    reference, _ = RaggedRunner(load_engine("onnxruntime", "fp32", onnx, 1), max_batch_tokens=64).run(rows)
+    other, stats = RaggedRunner(load_engine("openvino", "fp32", onnx, 1), max_batch_tokens=64).run(rows)
+    assert stats.chunks > 1 and stats.rows == len(rows)  # the chunking is the runner's, whatever the engine
+    for a, b in zip(reference, other, strict=True):
+        assert float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b))) > 0.99999
+
+
+def test_an_engine_without_the_precision_or_a_cpu_without_native_bf16_is_refused_with_a_reason() -> None:
+    onnx = _card().version_dir / "model.onnx"
+    with pytest.raises(EngineError, match="not available"):
+        load_engine("onnxruntime", "bf16", onnx)
+    if not detect().has("avx512_bf16") and not detect().has("amx_bf16"):
+        with pytest.raises(EngineError, match="no native bf16"):
+            load_engine("openvino", "bf16", onnx)
+
+
+def test_int8_is_accepted_only_at_a_tolerance_its_answers_meet(tmp_path: Path) -> None:
+    card = _card()
+    rows = tune.verification_rows(card)
+    onnx = card.version_dir / "model.onnx"
+    target = tmp_path / "model.int8.onnx"
+    quantize_int8(onnx, target)
+    reference, _ = RaggedRunner(load_engine("onnxruntime", "fp32", onnx, 1)).run(rows)
+    quantised, _ = RaggedRunner(load_engine("onnxruntime", "int8", tmp_path / "model.onnx", 1)).run(rows)
+    ok, metrics, _ = tune.check(card, PrecisionSpec(min_cosine=0.9), reference, quantised)
+    assert ok and 0.9 < metrics["min_cosine"] < 1.0  # int8 rounds: close, never identical
+    ok, _, why = tune.check(card, PrecisionSpec(min_cosine=0.99999), reference, quantised)
+    assert not ok and "min cosine" in why
+    ok, _, why = tune.check(card, PrecisionSpec(max_prob_diff=0.5), reference, quantised)
+    assert not ok and "states no min_cosine" in why  # an embedding precision needs a cosine bound
+
+
+def test_classifier_precisions_must_keep_the_argmax_and_stay_within_the_probability_difference() -> None:
+    card = discover(REPO, ["prompt-guard"])[0]
+    reference = [np.array([2.0, -1.0]), np.array([-3.0, 3.0])]
+    close = [np.array([2.01, -1.0]), np.array([-3.0, 3.02])]
+    flipped = [np.array([-1.0, 2.0]), np.array([-3.0, 3.0])]
+    assert tune.check(card, PrecisionSpec(max_prob_diff=0.01), reference, close)[0]
+    ok, metrics, why = tune.check(card, PrecisionSpec(max_prob_diff=0.99), reference, flipped)
+    assert not ok and metrics["argmax_mismatches"] == 1 and "argmax" in why
+    ok, _, why = tune.check(card, PrecisionSpec(max_prob_diff=1e-6), reference, close)
+    assert not ok and "probability difference" in why
+
+
+def test_a_precision_the_card_does_not_allow_is_refused_before_anything_is_measured(repo_copy: Path,
+                                                                                    capsys: pytest.CaptureFixture[str]
+                                                                                    ) -> None:
+    card_path = repo_copy / MODEL / "card.yaml"
+    text = card_path.read_text()
+    start = text.index("precisions:")
+    end = text.index("numerics:")
+    card_path.write_text(text[:start] + text[end:])  # the card allows fp32 only
+    before = (repo_copy / MODEL / "config.pbtxt").read_text()
+    code = cli.main(["models", "tune", "--model-repository", str(repo_copy), "--precision", "int8"])
+    assert code == 1
+    assert "precision 'int8' is not allowed by its card (allowed: fp32)" in capsys.readouterr().err
+    assert (repo_copy / MODEL / "config.pbtxt").read_text() == before
+
+
+def test_tuning_writes_its_choice_into_the_config_and_is_cached_per_host_and_graph(
+        repo_copy: Path, quick: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    card = load_card(repo_copy / MODEL / "card.yaml")
+    first = tune.tune_model(card, engine="onnxruntime", precision="fp32", log=lambda _: None)
+    assert first.source == "override" and (first.engine, first.precision) == ("onnxruntime", "fp32")
+    assert (first.instances, first.threads) in tune._layouts(detect().cores)
+    written = tune.read_config_choice(repo_copy / MODEL / "config.pbtxt")
+    assert written == {"engine": "onnxruntime", "precision": "fp32", "threads": str(first.threads),
+                       "instances": str(first.instances)}
+    assert {c["status"] for c in first.candidates} == {"measured"} and len(first.layouts) >= 2
+
+    again = tune.tune_model(card, engine="onnxruntime", precision="fp32", log=lambda _: None)
+    assert again.source == "cached" and again.layouts == first.layouts  # nothing measured again
+
+    other = replace(detect(), flags=(*detect().flags, "amx_bf16"))  # another CPU: its own measurement
+    monkeypatch.setattr("sr_backend.engines.host.detect", lambda: other)
+    moved = tune.tune_model(card, engine="onnxruntime", precision="fp32", log=lambda _: None)
+    assert moved.source == "override" and moved.host["key"] == other.key != first.host["key"]
+
+
+def test_the_tuner_serves_the_fastest_passing_candidate_and_says_why_the_others_lost(
+        repo_copy: Path, quick: None) -> None:
+    card = load_card(repo_copy / MODEL / "card.yaml")
+    lines: list[str] = []
+    choice = tune.tune_model(card, log=lines.append)
+    by = {(c["engine"], c["precision"]): c for c in choice.candidates}
+    measured = [c for c in choice.candidates if c["status"] == "measured"]
+    best_latency = min(c["latency_ms"] for c in measured)
+    best_rows = max(c["rows_per_s"] for c in measured)
+
+    def loss(c: dict[str, float]) -> float:
+        return max(c["latency_ms"] / best_latency, best_rows / c["rows_per_s"])
+
+    chosen = by[(choice.engine, choice.precision)]
+    assert chosen["status"] == "measured"
+    assert all(loss(chosen) <= loss(c) * tune.MARGIN for c in measured)  # nobody beats it beyond the noise margin
+    assert by[("onnxruntime", "bf16")]["status"] == "unavailable"
+    int8 = by[("onnxruntime", "int8")]
+    spec = card.precisions["int8"]
+    assert spec.min_cosine is not None
+    assert (int8["status"] == "measured") == (int8["check"]["min_cosine"] >= spec.min_cosine)
+    assert any(line.startswith(f"{MODEL}: chose {choice.engine}/{choice.precision}") for line in lines)
+
+
+def test_models_reports_the_engine_precision_and_layout_triton_was_configured_with(http: httpx.Client) -> None:
+    cards = {c["id"]: c for c in http.get("/v1/models").json()["data"]}
+    for model in (MODEL, "pii-rampart", "prompt-guard"):
+        configured = tune.read_config_choice(REPO / model / "config.pbtxt")
+        card = cards[model]
+        assert card["engine"] == f"triton/{configured['engine']}"
+        assert card["engine_args"]["precision"] == configured["precision"]
+        assert card["engine_args"]["instances"] == int(configured["instances"])  # what Triton itself reports
+        assert card["engine_args"]["threads"] == int(configured["threads"])
+        assert card["dtype"].endswith(configured["precision"])
+        assert card["golden"]["status"] == "matched"
+
+
+def test_a_model_tuned_to_openvino_is_served_by_triton_and_passes_its_golden_check(repo_copy: Path,
+                                                                                   quick: None) -> None:
+    card = load_card(repo_copy / MODEL / "card.yaml")
+    tune.tune_model(card, engine="openvino", precision="fp32", log=lambda _: None)
+    port = free_port()
+    proc = start(["serve", "--port", str(port), "--model-repository", str(repo_copy)], "serve-openvino.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed"), 240,
+                 "gateway (openvino)", proc)
+        served = httpx.get(url + "/v1/models").json()["data"][0]
+        assert served["status"] == "ready", served
+        assert served["engine"] == "triton/openvino" and served["engine_args"]["precision"] == "fp32"
+        assert served["golden"]["status"] == "matched"
+        got = httpx.post(url + "/v1/embeddings", json={"model": MODEL, "input": "How do I reset my password?"})
+        assert got.status_code == 200
+        vector = np.array(got.json()["data"][0]["embedding"])
+        reference, _ = RaggedRunner(load_engine("onnxruntime", "fp32", card.version_dir / "model.onnx", 1)).run(
+            [tune.verification_rows(card)[1]])
+        assert float(np.dot(vector, reference[0]) / np.linalg.norm(reference[0])) > 0.99999
+    finally:
+        assert stop(proc) == 0
