@@ -157,3 +157,18 @@ def test_an_image_of_16_mib_is_read_and_one_byte_more_is_refused(roomy: httpx.Cl
     rejected(send(padded_png(16 * MIB + 1)), "asset 'A'", f"{16 * MIB + 1} bytes", "16 MiB")
     assert_ready(roomy)
     assert json.loads(roomy.get("/v1/models").content)["models"] == [IMAGE_MODEL]
+
+
+def test_a_compressed_multipart_body_is_read_like_a_plain_one_and_other_multipart_types_are_415(
+        http: httpx.Client) -> None:
+    import gzip
+
+    body = multipart({"model": IMAGE_MODEL, "input": ["A"], "assets": {"A": {"type": "image", "part": "a"}}},
+                     [("a", photo("coffee.png"))])
+    plain = post_multipart(http, "/v1/classify", body).json()
+    r = http.post("/v1/classify", content=gzip.compress(body), headers={
+        "Content-Type": "multipart/form-data; boundary=sr-boundary-7f3a", "Content-Encoding": "gzip"})
+    assert r.status_code == 200 and r.json()["results"] == plain["results"]
+    mixed = http.post("/v1/classify", content=body,
+                      headers={"Content-Type": "multipart/mixed; boundary=sr-boundary-7f3a"})
+    assert mixed.status_code == 415 and mixed.json()["error"]["code"] == "unsupported_media_type"
