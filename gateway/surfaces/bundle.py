@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel
 
+from ..assets import inline_input_assets
 from ..decisions.engine import DecisionRequest, parse_request
 from ..decisions.surface import decide
 from ..errors import ApiError
@@ -108,7 +109,10 @@ async def _run(call: Call, task: Task, deadline: float | None) -> tuple[dict[str
     parser, work = SURFACES[task.surface]
     try:
         mark = time.perf_counter()
-        req = parser(_with_deadline(task.body, deadline))
+        body = task.body
+        if task.surface in ("embeddings", "classify"):  # their image assets, as on their own endpoints
+            body = await inline_input_assets(body, None)
+        req = parser(_with_deadline(body, deadline))
         model = call.runtime.resolve(getattr(req, "model", None), task.surface)
         timing.add("tokenize", mark)
         answer = await work(call.runtime, model, req, sub)

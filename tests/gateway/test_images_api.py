@@ -182,3 +182,13 @@ async def test_ocr_through_triton_reads_a_rendered_receipt_with_boxes_where_the_
         assert abs((got.left + got.right) / 2 - (left + right) / 2 / width) < 0.015, line
     total = next(line for line in lines if line.text.startswith("TOTAL"))
     assert total.box.top > max(line.box.top for line in lines if line is not total)  # the last line, at the bottom
+
+
+def test_a_bundle_task_reads_its_image_assets_like_its_endpoint(http: httpx.Client) -> None:
+    data = photo("coffee.png")
+    task = {"model": IMAGE_MODEL, "input": ["<cup>"], "assets": {
+        "<cup>": {"type": "image", "data_base64": base64.b64encode(data).decode()}}}
+    alone = post(http, "/v1/classify", task).json()
+    r = http.post("/v1/bundle", json={"tasks": [{"id": "cup", "classify": task}]})
+    assert r.status_code == 200 and r.json()["results"][0]["status"] == 200
+    assert r.json()["results"][0]["classify"]["results"] == alone["results"]
