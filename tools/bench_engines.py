@@ -98,33 +98,96 @@ def time_cell(runner: RaggedRunner, rows: list[np.ndarray], seconds: float) -> f
     return float(np.median(times))
 
 
-def bench_model(model: str, host: Host, seconds: float, threads: int) -> list[dict[str, Any]]:
+def isolated(fn: Any, *args: Any) -> list[dict[str, Any]]:
+    """Run one engine's cells in a fresh process: thread pools of engines measured earlier (OpenVINO's TBB,
+    oneDNN's OpenMP) otherwise keep cores busy and slow the next one down by up to 10×."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()  # type: ignore[no-any-return]
+
+
+def bench_model(model: str, host: Host, seconds: float, threads: int,
+                shapes: tuple[list[int], list[int]] = (list(TOKENS), list(BATCHES))) -> list[dict[str, Any]]:
     onnx_path = REPO / model / "1" / "model.onnx"
-    per_token, layers, width = graph_flops(onnx_path)
     out: list[dict[str, Any]] = []
     for engine, precision in sorted(SUPPORTED):
-        base = {"model": model, "engine": engine, "precision": precision}
         if precision == "int8":
             from sr_backend.engines.ort_engine import ensure_int8
 
             ensure_int8(onnx_path, int8_path(onnx_path))
-        try:
-            runner = RaggedRunner(load_engine(engine, precision, onnx_path, threads), max_batch_tokens=1 << 20)
-        except EngineError as exc:
-            out.append({**base, "status": f"unavailable: {exc}"})
+        out += isolated(bench_engine, model, engine, precision, host, seconds, threads, shapes)
+    return out
+
+
+def bench_engine(model: str, engine: str, precision: str, host: Host, seconds: float, threads: int,
+                 shapes: tuple[list[int], list[int]]) -> list[dict[str, Any]]:
+    onnx_path = REPO / model / "1" / "model.onnx"
+    per_token, layers, width = graph_flops(onnx_path)
+    base = {"model": model, "engine": engine, "precision": precision}
+    out: list[dict[str, Any]] = []
+    try:
+        runner = RaggedRunner(load_engine(engine, precision, onnx_path, threads), max_batch_tokens=1 << 20)
+    except EngineError as exc:
+        out.append({**base, "status": f"unavailable: {exc}"})
+        print(out[-1], flush=True)
+        return out
+    peak, _ = host.peak_gflops(precision)
+    for tokens in shapes[0]:
+        for batch in shapes[1]:
+            rows = _rows(30522, batch, tokens, tokens * 1000 + batch)
+            seconds_per = time_cell(runner, rows, seconds)
+            gflops = forward_flops(per_token, layers, width, batch, tokens) / seconds_per / 1e9
+            out.append({**base, "status": "ok", "tokens": tokens, "batch": batch,
+                        "rows_per_s": batch / seconds_per, "ms": seconds_per * 1000, "gflops": gflops,
+                        "peak": peak, "fraction": gflops / peak})
             print(out[-1], flush=True)
-            continue
+    return out
+
+
+def bench_torch(model: str, host: Host, seconds: float, threads: int,
+                shapes: tuple[list[int], list[int]] = (list(TOKENS), list(BATCHES))) -> list[dict[str, Any]]:
+    """MiniLM in PyTorch eager (the export extra's CPU torch), fp32 and bf16 autocast: the reference point the
+    issue measured (AMX hosts run bf16 autocast on AMX); a measurement only, not a serving engine."""
+    if model != "all-minilm-l6-v2":
+        return []
+    try:
+        import torch
+        from transformers import AutoModel
+
+        from tools.bench_peers import weights_dir
+    except ImportError as exc:
+        return [{"model": model, "engine": "torch", "precision": "fp32", "status": f"unavailable: {exc}"}]
+    torch.set_num_threads(threads)
+    net = AutoModel.from_pretrained(str(weights_dir())).eval()
+    per_token, layers, width = graph_flops(REPO / model / "1" / "model.onnx")
+    out: list[dict[str, Any]] = []
+    for precision in ("fp32", "bf16"):
         peak, _ = host.peak_gflops(precision)
-        for tokens in TOKENS:
-            for batch in BATCHES:
-                rows = _rows(30522, batch, tokens, tokens * 1000 + batch)
-                seconds_per = time_cell(runner, rows, seconds)
-                gflops = forward_flops(per_token, layers, width, batch, tokens) / seconds_per / 1e9
-                out.append({**base, "status": "ok", "tokens": tokens, "batch": batch,
-                            "rows_per_s": batch / seconds_per, "ms": seconds_per * 1000, "gflops": gflops,
-                            "peak": peak, "fraction": gflops / peak})
+        for tokens in shapes[0]:
+            for batch in shapes[1]:
+                ids = torch.from_numpy(np.stack(_rows(30522, batch, tokens, tokens * 1000 + batch)))
+                mask = torch.ones_like(ids)
+
+                def forward(ids: Any = ids, mask: Any = mask, precision: str = precision) -> None:
+                    with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
+                        hidden = net(input_ids=ids, attention_mask=mask).last_hidden_state
+                        (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+
+                forward()
+                times: list[float] = []
+                deadline = time.perf_counter() + seconds
+                while len(times) < 3 or time.perf_counter() < deadline:
+                    started = time.perf_counter()
+                    forward()
+                    times.append(time.perf_counter() - started)
+                per = float(np.median(times))
+                gflops = forward_flops(per_token, layers, width, batch, tokens) / per / 1e9
+                out.append({"model": model, "engine": "torch", "precision": precision, "status": "ok",
+                            "tokens": tokens, "batch": batch, "rows_per_s": batch / per, "ms": per * 1000,
+                            "gflops": gflops, "peak": peak, "fraction": gflops / peak})
                 print(out[-1], flush=True)
-        del runner
     return out
 
 
@@ -191,12 +254,19 @@ def main() -> None:
     parser.add_argument("--models", default="all-minilm-l6-v2", help="comma-separated text models")
     parser.add_argument("--seconds", type=float, default=1.0, help="timing window per cell")
     parser.add_argument("--threads", type=int, default=0, help="0 = every core")
+    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="sequence lengths")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)), help="batch sizes")
+    parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch eager reference rows")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and docs/bench_engines.png")
     args = parser.parse_args()
+    shapes = ([int(t) for t in args.tokens.split(",")], [int(b) for b in args.batches.split(",")])
     host = detect()
     threads = args.threads or host.cores
     meter = LoadMeter()
-    results = [r for m in args.models.split(",") for r in bench_model(m, host, args.seconds, threads)]
+    results = [r for m in args.models.split(",") for r in bench_model(m, host, args.seconds, threads, shapes)]
+    if not args.no_torch:
+        for m in args.models.split(","):
+            results += isolated(bench_torch, m, host, args.seconds, threads, shapes)
     table = render(results, host, meter.report(), threads, args.seconds)
     print(table)
     if args.write:

@@ -74,8 +74,8 @@ def infinity(python: Path, dtype: str) -> Iterator[str]:
            "DO_NOT_TRACK": "1"}
     proc = subprocess.Popen([str(python), "-m", "infinity_emb.cli", "v2", "--model-id", str(weights_dir()),
                              "--served-model-name", MODEL, "--engine", "torch", "--device", "cpu", "--dtype",
-                             dtype, "--batch-size", "32", "--host", "127.0.0.1", "--port", str(port),
-                             "--no-model-warmup"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                             dtype, "--batch-size", "32", "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:

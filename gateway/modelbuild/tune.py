@@ -26,7 +26,7 @@ import numpy as np
 from ..cards import Card, PrecisionSpec, discover
 from .sources import sha256_file
 
-TUNE_FORMAT = 3
+TUNE_FORMAT = 4
 # the card's typical shapes: one request alone (latency) and a dynamic batch of them (throughput)
 LATENCY_SHAPE = (1, 128)
 THROUGHPUT_SHAPE = (16, 128)
@@ -173,9 +173,44 @@ def _layouts(cores: int) -> list[tuple[int, int]]:
     return out
 
 
+def _isolated(fn: Any, *args: Any) -> Any:
+    """Run one measurement in a fresh process: the thread pools of engines measured before (OpenVINO's TBB,
+    ONNX Runtime's) would otherwise share the cores with the one being measured."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def _timing() -> tuple[float, int]:
+    return MIN_SECONDS, MIN_REPEATS
+
+
+def _set_timing(timing: tuple[float, int]) -> None:
+    global MIN_SECONDS, MIN_REPEATS
+    MIN_SECONDS, MIN_REPEATS = timing
+
+
+def _reference(onnx: Path, rows: list[np.ndarray]) -> list[np.ndarray]:
+    return list(_runner("onnxruntime", "fp32", onnx, 0).run(rows)[0])
+
+
+def _measure_candidate(engine: str, precision: str, onnx: Path, rows: list[np.ndarray],
+                       latency_rows: list[np.ndarray], batch_rows: list[np.ndarray], timing: tuple[float, int]
+                       ) -> tuple[list[np.ndarray], float, float]:
+    """The candidate's answers on the verification rows, then seconds per forward at both shapes."""
+    _set_timing(timing)
+    runner = _runner(engine, precision, onnx, 0)
+    outputs = runner.run(rows)[0]
+    return outputs, time_forward(runner, latency_rows), time_forward(runner, batch_rows)
+
+
 def _measure_layout(engine: str, precision: str, onnx: Path, instances: int, threads: int,
-                    latency_rows: list[np.ndarray], batch_rows: list[np.ndarray]) -> dict[str, Any]:
+                    latency_rows: list[np.ndarray], batch_rows: list[np.ndarray], timing: tuple[float, int]
+                    ) -> dict[str, Any]:
     """One request alone on one instance (latency), and every instance busy with a batch at once (throughput)."""
+    _set_timing(timing)
     runners = [_runner(engine, precision, onnx, threads) for _ in range(instances)]
     latency = time_forward(runners[0], latency_rows)
     for r in runners:
@@ -264,7 +299,7 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
             return choice
 
     rows = verification_rows(card)
-    reference = _runner("onnxruntime", "fp32", onnx, 0).run(rows)[0]
+    reference = _isolated(_reference, onnx, rows)
     precisions = [precision] if precision else ["fp32", *card.precisions]
     wanted = [engine] if engine else list(card.engines)
     limit = card.limits.max_input_tokens
@@ -283,11 +318,11 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
                     from sr_backend.engines.ort_engine import ensure_int8
 
                     ensure_int8(onnx, engines.int8_path(onnx))
-                runner = _runner(name, prec, onnx, 0)
+                outputs, latency, seconds = _isolated(_measure_candidate, name, prec, onnx, rows, latency_rows,
+                                                      batch_rows, _timing())
             except Exception as exc:  # an engine this host or install cannot run is a reason, not a failure
                 cand.status, cand.reason = "unavailable", f"{type(exc).__name__}: {exc}"
                 continue
-            outputs = runner.run(rows)[0]
             if prec != "fp32":
                 ok, cand.check, why = check(card, card.precisions[prec], reference, outputs)  # type: ignore[index]
                 if not ok:
@@ -299,10 +334,9 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
                 if not ok:
                     cand.status, cand.reason = "rejected", f"does not reproduce the fp32 reference: {cand.check}"
                     continue
-            cand.latency_ms = round(time_forward(runner, latency_rows) * 1000, 2)
-            cand.rows_per_s = round(len(batch_rows) / time_forward(runner, batch_rows), 1)
+            cand.latency_ms = round(latency * 1000, 2)
+            cand.rows_per_s = round(len(batch_rows) / seconds, 1)
             cand.status = "measured"
-            del runner
     measured = [c for c in candidates if c.status == "measured"]
     for c in candidates:
         say(f"{card.id}: {c.engine}/{c.precision}: {c.status}"
@@ -313,8 +347,8 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
         reasons = "; ".join(f"{c.engine}/{c.precision}: {c.reason}" for c in candidates)
         raise TuneError(f"{card.id}: no engine passed ({reasons})")
     best = choose_candidate(measured)
-    layouts = [_measure_layout(best.engine, best.precision, onnx, n, t, latency_rows, batch_rows)
-               for n, t in _layouts(host.cores)]
+    layouts = [_isolated(_measure_layout, best.engine, best.precision, onnx, n, t, latency_rows, batch_rows,
+                         _timing()) for n, t in _layouts(host.cores)]
     layout = choose_layout(layouts)
     choice = Choice(card.id, best.engine, best.precision, layout["instances"], layout["threads"],
                     {"model": host.model, "cores": host.cores, "flags": list(host.flags), "key": host.key},
