@@ -296,6 +296,8 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
         if recorded.get("key") == key:
             choice = Choice(**{**recorded["choice"], "source": "cached"})
             write_config(config, choice)
+            say(f"{card.id}: {choice.engine}/{choice.precision}, {choice.instances} instance(s) x {choice.threads} "
+                f"thread(s) (cached for this host: {cache})")
             return choice
 
     rows = verification_rows(card)
