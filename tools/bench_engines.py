@@ -57,12 +57,18 @@ def forward_flops(per_token: float, layers: int, width: int, rows: int, tokens: 
 
 
 class LoadMeter:
-    """What else the host ran meanwhile: busy CPU from /proc/stat minus this process's own CPU time."""
+    """What else the host ran meanwhile: busy CPU from /proc/stat minus the CPU of this process and of the children
+    it started and reaped (measurement processes, servers under test): report after they have exited."""
 
     def __init__(self) -> None:
         self.start_busy, self.start_total = self._stat()
-        self.start_own = time.process_time()
+        self.start_own = self._own()
         self.load_before = os.getloadavg()[0]
+
+    @staticmethod
+    def _own() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
 
     @staticmethod
     def _stat() -> tuple[float, float]:
@@ -73,7 +79,7 @@ class LoadMeter:
 
     def report(self) -> dict[str, float]:
         busy, total = self._stat()
-        own = time.process_time() - self.start_own
+        own = self._own() - self.start_own
         cpus = total - self.start_total
         others = max(busy - self.start_busy - own, 0.0)
         return {"load_before": self.load_before, "load_after": os.getloadavg()[0],
