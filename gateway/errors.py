@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
+from .text.errors import InputTooLong
+
 # The one typed set of error codes: a misspelled code is a type error, and a test holds the OpenAPI enums to these.
 ErrorCode = Literal["invalid_request", "model_not_found", "request_too_large", "unsupported_media_type",
                     "unsupported_surface", "overloaded", "internal_error", "not_ready"]
@@ -73,3 +75,8 @@ class ItemError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def too_long(exc: InputTooLong) -> ItemError:
+    """The item error of an input over its budget: every surface answers it the same way."""
+    return ItemError(exc.code, exc.message)

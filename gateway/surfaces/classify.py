@@ -16,7 +16,7 @@ from aiohttp import web
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..cards import HeadSpec
-from ..errors import ApiError, ItemError
+from ..errors import ApiError, ItemError, too_long
 from ..heads import best_context_windows, decode_spans, sigmoid, softmax, zero_shot
 from ..images.content import ContentPart, refusal, text_of
 from ..images.surfaces import classify_images, reads_images_only
@@ -156,7 +156,7 @@ def prepare_item(encoder: TextEncoder, value: Any, overflow: Overflow, budget: i
         else:
             enc = encoder.encode(value, max_tokens=budget, overflow=_linear(overflow))
     except InputTooLong as exc:
-        item.error = ItemError(exc.code, exc.message)
+        item.error = too_long(exc)
         return item
     except ItemError as exc:
         item.error = exc

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from ..errors import ApiError, ItemError
+from ..errors import ApiError, ItemError, too_long
 from ..runtime import Runtime, ServedModel
 from ..text import Encoded, InputTooLong
 from ..timing import Timing
@@ -47,7 +47,7 @@ def encode_each(texts: list[str], encode: Callable[[str], Encoded], *, noun: str
         try:
             enc = encode(text)
         except InputTooLong as exc:
-            jobs.append(Job([], error=ItemError(exc.code, exc.message)))
+            jobs.append(Job([], error=too_long(exc)))
             encoded.append(None)
             continue
         jobs.append(Job(enc.ids, enc.type_ids if pairs else None))

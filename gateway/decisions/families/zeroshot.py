@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from ...errors import ItemError
-from ...heads import decode_spans
+from ...errors import ItemError, too_long
+from ...heads import decode_spans, sigmoid, softmax
 from ...images.ocr import read_many
 from ...runtime import ServedModel
 from ...surfaces.classify import Item, prepare_item, token_probabilities
@@ -265,7 +265,7 @@ class ZeroShot(Family):
             query = np.asarray(jobs[0].result.values, dtype=np.float64)  # type: ignore[union-attr]
             cos = np.asarray([float(query @ np.asarray(j.result.values, dtype=np.float64))  # type: ignore[union-attr]
                               for j in jobs[1:]])
-            p = _softmax(cos / temperature)
+            p = softmax(cos / temperature)
             best = int(np.argmax(p))
             ask.outcome = Outcome(np.asarray([p[best]]), box=lines[best].box.as_dict())
         return Phases.of(queue_ms, forward_ms)
@@ -285,7 +285,7 @@ class ZeroShot(Family):
             windows = encoder.windows(text, window_tokens=window.tokens if window else limits.max_input_tokens,
                                       overlap=window.overlap if window else 0, scan_budget=budget)
         except InputTooLong as exc:
-            reading.error = ItemError(exc.code, exc.message)
+            reading.error = too_long(exc)
             reading.tokens = exc.tokens
             return reading
         reading.jobs = [Job(w.ids) for w in windows]
@@ -374,16 +374,16 @@ class ZeroShot(Family):
         temperature = self.params.temperature[q.type]
         bias = self.params.bias.get(q.type, 0.0)
         if q.type in ("choice", "score"):
-            return _softmax(cos / temperature)
+            return softmax(cos / temperature)
         if q.type == "set":
-            return _sigmoid((cos - bias) / temperature)
+            return sigmoid((cos - bias) / temperature)
         false, true = q.options  # noul
         if false.description is not None and true.description is not None:
-            return _softmax(cos / temperature)
+            return softmax(cos / temperature)
         logit = (cos[0] - bias) / temperature
         if pair is not None:
             logit += self.params.pair.weight * (pair - self.params.pair.bias) / temperature
-        p_true = _sigmoid(logit)
+        p_true = sigmoid(logit)
         if false.description is not None:  # only the false description was compared
             p_true = 1.0 - p_true
         return np.asarray([1.0 - p_true, p_true])
@@ -449,12 +449,3 @@ class ZeroShot(Family):
             spans.append({"label": label, "start": s.start, "end": s.end, "text": text[s.start:s.end],
                           "probability": round(s.probability, 6)})
         return Outcome(np.asarray([p_any]), spans)
-
-
-def _softmax(x: np.ndarray) -> np.ndarray:
-    z = np.exp(x - np.max(x))
-    return np.asarray(z / z.sum())
-
-
-def _sigmoid(x: Any) -> Any:
-    return 1.0 / (1.0 + np.exp(-x))
