@@ -4,11 +4,11 @@
 only as far as the budget needs, rejects or truncates honestly, and plans windows.
 """
 
-from gateway.text.encoder import Encoded, Overflow, TextEncoder
-from gateway.text.envelope import Layout
-from gateway.text.errors import InputTooLong, UnsupportedTokenizer
-from gateway.text.probe import Facts
-from gateway.text.windows import Window, plan_windows
+from .encoder import Encoded, Overflow, TextEncoder
+from .envelope import Layout
+from .errors import InputTooLong, UnsupportedTokenizer
+from .probe import Facts
+from .windows import Window, plan_windows
 
 __all__ = [
     "Encoded",

@@ -16,9 +16,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gateway.text.chars import RUN_CUT, class_of, class_pattern, search_forward
-from gateway.text.probe import Facts, Tokenize
-from gateway.text.rules import class_cut_boundary, count_kept, run_cut_boundary
+from .chars import RUN_CUT, class_of, class_pattern, search_forward
+from .probe import Facts, Tokenize
+from .rules import class_cut_boundary, count_kept, run_cut_boundary
 
 # Characters a first reading takes per token needed: English averages 4 to 5, so 6 reads
 # enough in one pass for most texts; the fixed slack covers short budgets and markup.

@@ -15,11 +15,11 @@ from typing import Literal
 
 from tokenizers import Tokenizer
 
-from gateway.text.bounds import Reading, reach, read, surely_over
-from gateway.text.envelope import Layout, pair_layout, single_layout
-from gateway.text.errors import InputTooLong, UnsupportedTokenizer
-from gateway.text.probe import Facts, Tokenize, facts_for, tokenize_with
-from gateway.text.windows import Window, plan_windows
+from .bounds import Reading, reach, read, surely_over
+from .envelope import Layout, pair_layout, single_layout
+from .errors import InputTooLong, UnsupportedTokenizer
+from .probe import Facts, Tokenize, facts_for, tokenize_with
+from .windows import Window, plan_windows
 
 Overflow = Literal["reject", "truncate"]
 SPECIAL_OFFSET = (0, 0)

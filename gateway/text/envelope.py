@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from tokenizers import Encoding, Tokenizer
 
-from gateway.text import probe_texts
-from gateway.text.errors import UnsupportedTokenizer
+from . import probe_texts
+from .errors import UnsupportedTokenizer
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from typing import Any, NamedTuple
 
 from tokenizers import Tokenizer
 
-from gateway.text import probe_texts
-from gateway.text.chars import RUN_CUT, CutClass, class_pattern, search_forward
-from gateway.text.rules import LOOKBACK, RUN_MARGIN, class_cut_boundary, count_kept, run_cut_boundary
+from . import probe_texts
+from .chars import RUN_CUT, CutClass, class_pattern, search_forward
+from .rules import LOOKBACK, RUN_MARGIN, class_cut_boundary, count_kept, run_cut_boundary
 
 # Composing normalizers merge several code points into one. The longest canonical
 # decomposition of a composed character is four code points (U+1FAF: Omega, dasia,

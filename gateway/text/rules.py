@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gateway.text.chars import search_backward
+from .chars import search_backward
 
 # Smallest look-back of a class cut: tokens must end before a boundary at least this far before
 # the cut. Covers the whitespace a byte-level regex attaches to the next word and sub-word
