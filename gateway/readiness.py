@@ -17,7 +17,7 @@ from .images.golden import check_ocr_golden
 from .runtime import Runtime, ServedModel
 from .surfaces.classify import ClassifyRequest, classify
 from .surfaces.embeddings import EmbeddingsRequest, embed
-from .surfaces.forward import Job, forward
+from .surfaces.jobs import Job, run_jobs
 
 
 class GoldenMismatch(Exception):
@@ -36,7 +36,7 @@ async def prepare_heads(runtime: Runtime, model: ServedModel) -> None:
         texts = [head.zero_shot.descriptions[label] for label in head.labels]
         jobs = [Job(encoder.encode(t, max_tokens=model.card.limits.max_input_tokens, overflow="truncate").ids)
                 for t in texts]
-        await forward(runtime, model, jobs)
+        await run_jobs(runtime, model, jobs)
         failed = [j.error for j in jobs if j.result is None]
         if failed:
             raise GoldenMismatch(f"head {head.name}: a label description failed: {failed[0]}")

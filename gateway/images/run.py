@@ -1,6 +1,6 @@
 """Running pictures through an image model in Triton: decode → preprocess → one Triton request per picture.
 
-Admission, deadlines, per-picture failures and phase times work as for text inputs (surfaces/forward.py): the
+Admission, deadlines, per-picture failures and phase times work as for text inputs (surfaces/jobs.py): the
 dynamic batcher puts pictures of many HTTP requests into one execute(), and one bad picture fails only its item.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ItemError
 from ..runtime import Runtime, ServedModel
-from ..surfaces.forward import PER_REQUEST_IN_FLIGHT, deadline_ns, phase_times
+from ..surfaces.jobs import PER_REQUEST_IN_FLIGHT, deadline_ns, phase_times
 from ..timing import Timing
 from ..triton import Result, TritonFailure
 from .decode import DecodedImage, ImageRejected, decode_async

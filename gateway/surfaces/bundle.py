@@ -26,7 +26,7 @@ from ..timing import Timing
 from .classify import ClassifyRequest, classify
 from .common import Call, parse, surface
 from .embeddings import EmbeddingsRequest, embed
-from .forward import job_group
+from .jobs import job_group
 from .rerank import RerankRequest, rerank
 
 Work = Callable[[Runtime, ServedModel, Any, Call | None], Awaitable[dict[str, Any]]]

@@ -32,7 +32,7 @@ from .common import (
     surface_route,
     token_budget,
 )
-from .forward import Job, forward
+from .jobs import Job, run_jobs
 
 Overflow = Literal["reject", "truncate", "window"]
 
@@ -267,7 +267,7 @@ async def classify(runtime: Runtime, model: ServedModel, req: ClassifyRequest, c
     if timing is not None:
         timing.add("tokenize", started)
     jobs = [j for it in items for j in it.jobs]
-    queue_ms, forward_ms = await forward(runtime, model, jobs, deadline_ms=req.options.deadline_ms, timing=timing)
+    queue_ms, forward_ms = await run_jobs(runtime, model, jobs, deadline_ms=req.options.deadline_ms, timing=timing)
     mark = time.perf_counter()
     threshold = req.options.threshold if req.options.threshold is not None else (head.default_threshold or 0.5)
     results = []

@@ -33,7 +33,7 @@ from .common import (
     surface_route,
     token_budget,
 )
-from .forward import Job, encode_each, forward
+from .jobs import Job, encode_each, run_jobs
 
 
 class EmbeddingsRequest(Strict):
@@ -99,7 +99,7 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
             jobs[i], encoded[i] = Job([], error=refused), None
     if timing is not None:
         timing.add("tokenize", started)
-    queue_ms, forward_ms = await forward(runtime, model, jobs, deadline_ms=req.options.deadline_ms, timing=timing)
+    queue_ms, forward_ms = await run_jobs(runtime, model, jobs, deadline_ms=req.options.deadline_ms, timing=timing)
     mark = time.perf_counter()
     spec = model.card.embedding
     assert spec is not None

@@ -34,7 +34,7 @@ from .common import (
     surface_route,
     token_budget,
 )
-from .forward import Job, encode_each, forward
+from .jobs import Job, encode_each, run_jobs
 
 
 class RerankRequest(Strict):
@@ -167,7 +167,7 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
         everything = jobs
     if timing is not None:
         timing.add("tokenize", started)
-    queue_ms, forward_ms = await forward(runtime, model, everything, deadline_ms=req.options.deadline_ms,
+    queue_ms, forward_ms = await run_jobs(runtime, model, everything, deadline_ms=req.options.deadline_ms,
                                          timing=timing)
     mark = time.perf_counter()
 

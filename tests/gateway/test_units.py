@@ -120,7 +120,7 @@ def test_the_readme_configuration_table_lists_every_setting() -> None:
 
 
 def test_forward_counts_overlapping_executions_once_and_queue_is_the_rest() -> None:
-    from gateway.surfaces.forward import phase_times
+    from gateway.surfaces.jobs import phase_times
     from gateway.triton import Execution, Result
 
     ms = 1_000_000
@@ -139,7 +139,7 @@ def test_a_scores_head_gives_independent_sigmoids_selected_by_threshold_and_max_
     from gateway.cards import HeadSpec
     from gateway.runtime import ServedModel
     from gateway.surfaces.classify import Item, _answer
-    from gateway.surfaces.forward import Job
+    from gateway.surfaces.jobs import Job
     from gateway.triton import Execution, Result
 
     head = HeadSpec(name="topics", kind="scores", labels=["a", "b", "c"], default_threshold=0.5)
@@ -158,7 +158,7 @@ def test_a_scores_head_gives_independent_sigmoids_selected_by_threshold_and_max_
 def test_a_non_finite_model_output_fails_only_that_input() -> None:
     from gateway.surfaces.classify import Item, _answer
     from gateway.surfaces.embeddings import _vector
-    from gateway.surfaces.forward import Job
+    from gateway.surfaces.jobs import Job
     from gateway.triton import Execution, Result
 
     model = Runtime(Settings(model_repository=REPO), discover(REPO, ["prompt-guard"]), Metrics()).models["prompt-guard"]

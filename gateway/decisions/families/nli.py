@@ -17,7 +17,7 @@ import numpy as np
 from ...cards import HeadSpec
 from ...errors import ItemError
 from ...runtime import ServedModel
-from ...surfaces.forward import Job, forward
+from ...surfaces.jobs import Job, run_jobs
 from ...text import InputTooLong
 from ...timing import Timing
 from ..answers import Outcome
@@ -98,7 +98,7 @@ class Nli(Family):
                     continue
                 jobs[key] = Job(enc.ids, enc.type_ids)
                 ask.question_tokens += len(enc.ids) - ask.view_tokens
-        queue_ms, forward_ms = await forward(ctx.runtime, self.model, list(jobs.values()),
+        queue_ms, forward_ms = await run_jobs(ctx.runtime, self.model, list(jobs.values()),
                                              deadline_ms=ctx.deadline_ms, timing=Timing(started=ctx.started))
         for ask in asks:
             if ask.error is not None:

@@ -30,7 +30,7 @@ from ...heads import decode_spans, sigmoid, softmax
 from ...images.ocr import read_many
 from ...runtime import ServedModel
 from ...surfaces.classify import Item, prepare_item, token_probabilities
-from ...surfaces.forward import Job, forward
+from ...surfaces.jobs import Job, run_jobs
 from ...text import InputTooLong
 from ...timing import Timing
 from ..answers import Outcome
@@ -248,7 +248,7 @@ class ZeroShot(Family):
                 if text not in wanted:
                     wanted[text] = Job(encoder.encode(text, max_tokens=limit, overflow="truncate").ids)
             ask.question_tokens = len(wanted[instructions].ids)
-        queue_ms, forward_ms = await forward(ctx.runtime, self.model, list(wanted.values()),
+        queue_ms, forward_ms = await run_jobs(ctx.runtime, self.model, list(wanted.values()),
                                              deadline_ms=ctx.deadline_ms, timing=Timing(started=ctx.started))
         temperature = self.params.temperature.get("box", 0.05)
         for ask, _target, lines in plans:
@@ -323,7 +323,7 @@ class ZeroShot(Family):
                     continue
                 pending[text] = Job(enc.ids)
         jobs = [j for r in readings.values() for j in r.jobs] + list(pending.values())
-        queue_ms, forward_ms = await forward(ctx.runtime, self.model, jobs, deadline_ms=ctx.deadline_ms,
+        queue_ms, forward_ms = await run_jobs(ctx.runtime, self.model, jobs, deadline_ms=ctx.deadline_ms,
                                              timing=Timing(started=ctx.started))
         phases = Phases.of(queue_ms, forward_ms)
         for text, job in pending.items():
@@ -414,7 +414,7 @@ class ZeroShot(Family):
                 else:
                     items[key] = prepare_item(encoder, ask.view.text, "window", budget, tokens, overlap)
         jobs = [j for item in items.values() for j in item.jobs]
-        queue_ms, forward_ms = await forward(ctx.runtime, tagger, jobs, deadline_ms=ctx.deadline_ms,
+        queue_ms, forward_ms = await run_jobs(ctx.runtime, tagger, jobs, deadline_ms=ctx.deadline_ms,
                                              timing=Timing(started=ctx.started))
         for ask in asks:
             item = items[(ask.view.text, ask.question.overflow == "truncate")]

@@ -1,6 +1,6 @@
-"""Running prepared model inputs through Triton: admission, deadlines, per-input failures, phase times, metrics.
+"""Jobs — prepared model inputs — run through Triton: admission, deadlines, per-input failures, phase times, metrics.
 
-Every surface turns its request into `Job`s (one model input each) and calls `forward`; what comes back is a
+Every surface turns its request into `Job`s (one model input each) and calls `run_jobs`; what comes back is a
 `Result` or an `ItemError` per job, so one failing input never fails its siblings.
 """
 
@@ -124,7 +124,7 @@ def job_group() -> Iterator[None]:
         _GROUP.reset(token)
 
 
-async def forward(runtime: Runtime, model: ServedModel, jobs: list[Job], *, deadline_ms: float | None = None,
+async def run_jobs(runtime: Runtime, model: ServedModel, jobs: list[Job], *, deadline_ms: float | None = None,
                   timing: Timing | None = None) -> tuple[float, float]:
     """Run every job without an error yet; returns (queue_ms, forward_ms), also added to `timing`."""
     candidates = [j for j in jobs if j.error is None]
