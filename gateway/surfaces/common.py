@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from ..assets import inline_input_assets
 from ..body import read_body
 from ..errors import ApiError
-from ..runtime import ENGINE, Runtime, ServedModel
+from ..runtime import Runtime, ServedModel, served_dtype, served_engine
 from ..text import Encoded
 from ..timing import Timing
 
@@ -167,7 +167,8 @@ def response_meta(model: ServedModel, queue_ms: float, forward_ms: float) -> dic
     """`meta` of a response (with options.return_meta): what answered, on what, and how long the model took."""
     card = model.card
     return {"model_id": model.id, "revision": card.revision, "model_sha256": card.model_sha256,
-            "dtype": card.dtype, "numerics": card.numerics, "engine": ENGINE, "accelerator": model.device,
+            "dtype": served_dtype(model), "numerics": card.numerics, "engine": served_engine(model),
+            "accelerator": model.device,
             "device": model.device,
             "queue_ms": round(queue_ms, 3), "compute_ms": round(forward_ms, 3)}
 
