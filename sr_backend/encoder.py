@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -95,3 +96,9 @@ class RaggedRunner:
         """Pooled graphs only: the rows' vectors stacked as one [rows, D] array."""
         vectors, stats = self.run(rows)
         return np.stack(vectors), stats
+
+
+def model_parameter(config: dict[str, Any], key: str, default: str) -> str:
+    """A string parameter of a Triton model config (`parameters: {key: {string_value: ...}}`), else `default`."""
+    value = config.get("parameters", {}).get(key, {}).get("string_value")
+    return str(value) if value not in (None, "") else default

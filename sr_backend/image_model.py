@@ -19,24 +19,19 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from sr_backend.encoder import make_session
+from sr_backend.encoder import make_session, model_parameter
 from sr_backend.ocr import OcrPipeline
-
-
-def _parameter(config: dict[str, Any], key: str, default: str) -> str:
-    value = config.get("parameters", {}).get(key, {}).get("string_value")
-    return str(value) if value not in (None, "") else default
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
-        threads = int(os.environ.get("SR_BACKEND_THREADS") or _parameter(config, "intra_op_threads", "0"))
-        self.kind = _parameter(config, "kind", "classifier")
-        session = make_session(os.path.join(version_dir, _parameter(config, "onnx_file", "model.onnx")), threads)
+        threads = int(os.environ.get("SR_BACKEND_THREADS") or model_parameter(config, "intra_op_threads", "0"))
+        self.kind = model_parameter(config, "kind", "classifier")
+        session = make_session(os.path.join(version_dir, model_parameter(config, "onnx_file", "model.onnx")), threads)
         if self.kind == "ocr":
-            recogniser = make_session(os.path.join(version_dir, _parameter(config, "recognizer_file",
+            recogniser = make_session(os.path.join(version_dir, model_parameter(config, "recognizer_file",
                                                                            "recognizer.onnx")), threads)
             self.ocr = OcrPipeline(session, recogniser)
         else:

@@ -17,24 +17,20 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from sr_backend.encoder import RaggedRunner, Row
+from sr_backend.encoder import RaggedRunner, Row, model_parameter
 from sr_backend.engines import load_engine
-
-
-def _parameter(config: dict[str, Any], key: str, default: str) -> str:
-    value = config.get("parameters", {}).get(key, {}).get("string_value")
-    return str(value) if value not in (None, "") else default
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
-        threads = int(os.environ.get("SR_BACKEND_THREADS") or _parameter(config, "intra_op_threads", "0"))
+        threads = int(os.environ.get("SR_BACKEND_THREADS") or model_parameter(config, "intra_op_threads", "0"))
         # the engine and precision `sr-gateway models tune` chose for this host (fp32 ONNX Runtime by default)
-        engine = load_engine(_parameter(config, "engine", "onnxruntime"), _parameter(config, "precision", "fp32"),
-                             Path(version_dir) / _parameter(config, "onnx_file", "model.onnx"), threads)
-        self.runner = RaggedRunner(engine, int(_parameter(config, "max_batch_tokens", "8192")))
+        engine = load_engine(model_parameter(config, "engine", "onnxruntime"),
+                             model_parameter(config, "precision", "fp32"),
+                             Path(version_dir) / model_parameter(config, "onnx_file", "model.onnx"), threads)
+        self.runner = RaggedRunner(engine, int(model_parameter(config, "max_batch_tokens", "8192")))
         self.output = next(o["name"] for o in config["output"] if o["name"] != "TIMING")
 
     def execute(self, requests: list[Any]) -> list[Any]:

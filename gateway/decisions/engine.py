@@ -197,10 +197,7 @@ def build_entries(model: ServedModel, req: DecisionRequest, parts: dict[str, byt
         media = substitute(assets, req.state, req.questions, req.images, "", leading=leading)
         media.videos = list(req.videos or [])
         assets.check_all_used()
-        entry = _entry(model, fam, None, media, roles)
-        if entry.rejected is not None:
-            raise entry.rejected
-        return [entry]
+        return [_entry(model, fam, None, media, roles)]
     if not isinstance(req.states, dict) or not req.states:
         raise ApiError("invalid_request", "states must be an object naming at least one state")
     entries = []
@@ -220,8 +217,6 @@ def build_entries(model: ServedModel, req: DecisionRequest, parts: dict[str, byt
         media.videos = list(raw.get("videos") or [])
         entries.append(_entry(model, fam, name, media, roles))
     assets.check_all_used()
-    if all(e.rejected is not None for e in entries):
-        raise next(e.rejected for e in entries if e.rejected is not None)
     return entries
 
 
@@ -293,16 +288,13 @@ async def plan(runtime: Runtime, model: ServedModel, req: DecisionRequest, timin
     started = time.perf_counter()
     entries = build_entries(model, req, parts, leading=leading)
     await _decode(model, entries)
+    for entry in entries:
+        if entry.rejected is None:
+            _request_tokens(model, entry)
     if all(e.rejected is not None for e in entries):  # alone, or every entry: the (first) rejection answers
         raise next(e.rejected for e in entries if e.rejected is not None)
     if not whole:
         _check_any_valid(entries)
-    for entry in entries:
-        _request_tokens(model, entry)
-    if len(entries) == 1 and entries[0].rejected is not None and entries[0].name is None:
-        raise entries[0].rejected
-    if all(e.rejected is not None for e in entries):
-        raise next(e.rejected for e in entries if e.rejected is not None)
     asks: list[Ask] = []
     for entry in entries:
         if entry.rejected is not None or entry.state is None:

@@ -237,13 +237,13 @@ class ZeroShot(Family):
         encoder = self.model.text_encoder()
         limit = self.model.card.limits.max_input_tokens
         wanted: dict[str, Job] = {}
-        plans: list[tuple[Ask, Any, list[Any]]] = []
+        plans: list[tuple[Ask, str, list[Any]]] = []
         for ask in asks:
             own = ask.own_pictures
             target = own[0] if own else next(p for p in ask.pictures if p not in own)
             lines = ask.seen.get(target.number, [])
             instructions = re.sub(r"\[image \d+\]", " ", ask.question.instructions).strip() or "text"
-            plans.append((ask, target, lines))
+            plans.append((ask, instructions, lines))
             for text in [instructions, *(line.text for line in lines)]:
                 if text not in wanted:
                     wanted[text] = Job(encoder.encode(text, max_tokens=limit, overflow="truncate").ids)
@@ -251,8 +251,7 @@ class ZeroShot(Family):
         queue_ms, forward_ms = await run_jobs(ctx.runtime, self.model, list(wanted.values()),
                                              deadline_ms=ctx.deadline_ms, timing=Timing(started=ctx.started))
         temperature = self.params.temperature.get("box", 0.05)
-        for ask, _target, lines in plans:
-            instructions = re.sub(r"\[image \d+\]", " ", ask.question.instructions).strip() or "text"
+        for ask, instructions, lines in plans:
             jobs = [wanted[instructions], *(wanted[line.text] for line in lines)]
             failed = next((j.error for j in jobs if j.result is None), None)
             if failed is not None or any(j.result is None for j in jobs):
