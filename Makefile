@@ -31,8 +31,8 @@ k8s: venv
 	$(BIN)/python k8s/render.py gpu > build/k8s/gpu.yaml
 
 lint: venv
-	$(BIN)/ruff check gateway sr_backend tools tests/gateway k8s
-	$(BIN)/mypy gateway sr_backend tools k8s
+	$(BIN)/ruff check gateway sr_backend sr_build tools tests/gateway k8s
+	$(BIN)/mypy gateway sr_backend sr_build tools k8s
 
 test-gateway: models
 	$(BIN)/pytest -q tests/gateway

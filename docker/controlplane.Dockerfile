@@ -9,6 +9,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gateway gateway
 COPY sr_backend sr_backend
+COPY sr_build sr_build
 COPY controlplane controlplane
 RUN pip wheel --wheel-dir /wheels '.[controlplane]'
 

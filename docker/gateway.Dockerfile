@@ -10,6 +10,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gateway gateway
 COPY sr_backend sr_backend
+COPY sr_build sr_build
 COPY controlplane controlplane
 COPY model_repository model_repository
 # the wheel of this repository (and of its runtime dependencies), then the ONNX files with the export extra

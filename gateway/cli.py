@@ -60,19 +60,19 @@ def _triton(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from .modelbuild.build import build_repository
-    from .modelbuild.sources import SourceError
+    from sr_build.build import build_repository
+    from sr_build.sources import SourceError
 
     repo = Path(args.model_repository)
     try:
         if args.target == "gpu":
-            from .modelbuild.gpu import build_gpu_repository, require_tensorrt
+            from sr_build.gpu import build_gpu_repository, require_tensorrt
 
             if not args.configs_only:
                 require_tensorrt()  # before building anything: a clear error on a machine without it
         build_repository(repo, force=args.force, strict=args.strict)
         if not args.no_tune and args.target == "cpu":  # GPU configs are chosen by gpu.py's own golden check
-            from .modelbuild.tune import tune_repository
+            from sr_build.tune import tune_repository
 
             tune_repository(repo, engine=args.engine, precision=args.precision)
         if args.target == "gpu":
@@ -87,8 +87,9 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    from sr_build.tune import TuneError, tune_repository
+
     from .cards import CardError
-    from .modelbuild.tune import TuneError, tune_repository
 
     try:
         tune_repository(Path(args.model_repository), only=args.model or None, engine=args.engine,

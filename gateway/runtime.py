@@ -84,9 +84,9 @@ class ServedModel:
 def served_precision(card: Card) -> tuple[Card, dict[str, Any]]:
     """The engine choice in the model's Triton config, and the card as served at its precision: a faster
     precision the card allows has its own golden tolerance (the fp32 tolerance would reject its rounding)."""
-    from .modelbuild.tune import read_config_choice
+    from sr_backend.engines import configured_choice
 
-    choice = read_config_choice(card.directory.parent / card.triton_name / "config.pbtxt")
+    choice = configured_choice(card.directory.parent / card.triton_name / "config.pbtxt")
     spec = card.precisions.get(choice["precision"])  # type: ignore[call-overload]
     if card.golden is not None and spec is not None and spec.golden_tolerance is not None:
         card = card.model_copy(update={"golden": card.golden.model_copy(update={"tolerance": spec.golden_tolerance})})

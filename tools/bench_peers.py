@@ -143,13 +143,12 @@ async def load(url: str, path: str, bodies: list[str], concurrency: int, seconds
 
 def inprocess_best(seconds: float) -> tuple[str, float]:
     """Rows/s of the tuned engine in-process at batch 32 × 128 tokens, all cores (the served-throughput goal)."""
-    from gateway.modelbuild.tune import read_config_choice
     from sr_backend.encoder import RaggedRunner
-    from sr_backend.engines import load_engine
+    from sr_backend.engines import configured_choice, load_engine
     from sr_backend.engines.host import detect
     from tools.bench_engines import _rows, time_cell
 
-    choice = read_config_choice(ROOT / "model_repository" / MODEL / "config.pbtxt")
+    choice = configured_choice(ROOT / "model_repository" / MODEL / "config.pbtxt")
     engine = load_engine(choice["engine"], choice["precision"], ROOT / "model_repository" / MODEL / "1" / "model.onnx",
                          detect().cores)
     per = time_cell(RaggedRunner(engine), _rows(30522, 32, 128, 7), seconds)
@@ -230,9 +229,9 @@ def main() -> None:
     if args.install_only:
         print(f"infinity installed in {VENV}")
         return
-    from gateway.modelbuild.tune import read_config_choice
+    from sr_backend.engines import configured_choice
 
-    choice = read_config_choice(ROOT / "model_repository" / MODEL / "config.pbtxt")
+    choice = configured_choice(ROOT / "model_repository" / MODEL / "config.pbtxt")
     served = f"{choice['engine']}/{choice['precision']}, {choice['instances']} × {choice['threads']} threads"
     bodies = {w: texts(n) for w, n in WORKLOADS.items()}
     meter = LoadMeter()

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from gateway.modelbuild.export import dynamo_export
-from gateway.modelbuild.sources import package_dir, sha256_file
+from sr_build.onnx_export import dynamo_export
+from sr_build.sources import package_dir, sha256_file
 
 SEED = 20261129
 VOCAB = 30522  # MiniLM's (bert-base-uncased) vocabulary, so its tokenizer.json applies unchanged

@@ -1,7 +1,7 @@
 """Record the image models' golden checks (printed as YAML blocks for their cards), computed in process.
 
 - efficientnet-lite0: two small generated pictures, decoded and preprocessed by the gateway's own code
-  (gateway/images), run through the PyTorch reference module (gateway/modelbuild/images.py), embedding prefixes;
+  (gateway/images), run through the PyTorch reference module (sr_build/recipes/images.py), embedding prefixes;
   readiness then checks Triton's ONNX answer against PyTorch's.
 - ppocr-v4: a rendered line of text read by sr_backend/ocr.py on ONNX Runtime; readiness checks Triton's answer.
 
@@ -50,8 +50,8 @@ def efficientnet_golden(repo: Path) -> dict[str, Any]:
     from gateway.cards import load_card
     from gateway.images.decode import decode_image
     from gateway.images.preprocess import PREPROCESS
-    from gateway.modelbuild.images import efficientnet_module
-    from gateway.modelbuild.sources import package_dir
+    from sr_build.recipes.images import efficientnet_module
+    from sr_build.sources import package_dir
 
     card = load_card(repo / "efficientnet-lite0" / "card.yaml")
     assert card.build is not None and card.image is not None and card.image_max_pixels is not None

@@ -5,7 +5,7 @@ Then, by the card's `image.preprocess`:
 
 - `efficientnet-lite` (EfficientNet-Lite0, ImageNet-1k): bicubic resize so the short side is 256 (= 224 / 0.875,
   the reference crop fraction), centre crop 224×224, sent to Triton as uint8 HWC. The graph itself normalises
-  with the TF-Lite reference constants `(x - 127) / 128` (see `gateway/modelbuild/images.py`), so only bytes cross
+  with the TF-Lite reference constants `(x - 127) / 128` (see `sr_build/recipes/images.py`), so only bytes cross
   gRPC and the in-process baseline and the server cannot disagree on the constants.
 - `ppocr` (PP-OCRv4 detector + recogniser): the decoded pixels as they are. The Triton model (sr_backend/ocr.py)
   resizes for the detector (short side up to 736, multiples of 32, `(x/255 - 0.5) / 0.5`, BGR) and crops each

@@ -16,11 +16,11 @@ import pytest
 
 from gateway import cli
 from gateway.cards import Card, PrecisionSpec, discover, load_card
-from gateway.modelbuild import tune
 from sr_backend.encoder import RaggedRunner
 from sr_backend.engines import EngineError, load_engine
 from sr_backend.engines.host import detect
 from sr_backend.engines.ort_engine import quantize_int8
+from sr_build import tune
 
 from .conftest import free_port, start, stop, wait_for
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from gateway.modelbuild.gpu import build_gpu_repository, gpu_config
+from sr_build.gpu import build_gpu_repository, gpu_config
 
 from .conftest import BIN, ROOT
 from .test_serve_process import copy_model

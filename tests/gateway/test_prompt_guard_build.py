@@ -23,8 +23,8 @@ ort = pytest.importorskip("onnxruntime")
 
 from tokenizers import Tokenizer  # noqa: E402
 
-from gateway.modelbuild import build  # noqa: E402
-from gateway.modelbuild.nanoguard import (  # noqa: E402
+from sr_build import build  # noqa: E402
+from sr_build.recipes.nanoguard import (  # noqa: E402
     LABELS,
     Original,
     VerificationError,
@@ -36,7 +36,7 @@ from gateway.modelbuild.nanoguard import (  # noqa: E402
     prompt_guard,
     random_rows,
 )
-from gateway.modelbuild.sources import package_dir, sha256_file, verify_files  # noqa: E402
+from sr_build.sources import package_dir, sha256_file, verify_files  # noqa: E402
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "model_repository" / "prompt-guard"
 CARD: dict[str, Any] = yaml.safe_load((MODEL_DIR / "card.yaml").read_text())

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..cards import Card, PrecisionSpec, discover
+from gateway.cards import Card, PrecisionSpec, discover
+
 from .sources import sha256_file
 
 TUNE_FORMAT = 4

@@ -62,7 +62,7 @@ def build_model(model_dir: Path, *, force: bool = False, strict: bool = False) -
         if recorded.get("key") == key and recorded.get("onnx_sha256") == sha256_file(onnx_path):
             return BuildResult(card["id"], "cached", recorded["onnx_sha256"])
 
-    from .export import RECIPES
+    from .recipes import RECIPES
 
     if spec["recipe"] not in RECIPES:
         raise SourceError(f"{card_path}: unknown build recipe {spec['recipe']!r} (known: {sorted(RECIPES)})")

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # export.py imports this module for its recipe table
-    from .export import ExportReport
+from ..onnx_export import ExportReport, strip_provenance
 
 MEAN = 127.0
 STD = 128.0
@@ -47,7 +46,6 @@ def efficientnet_lite(src: Path, out_dir: Path, spec: dict[str, Any]) -> ExportR
     import onnxruntime as ort
     import torch
 
-    from .export import ExportReport, _strip_provenance
 
     opset = int(spec.get("opset", 18))
     module = efficientnet_module(src / spec["weights"])
@@ -62,7 +60,7 @@ def efficientnet_lite(src: Path, out_dir: Path, spec: dict[str, Any]) -> ExportR
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program")
     program.save(str(tmp), external_data=False)
-    _strip_provenance(tmp)
+    strip_provenance(tmp)
     onnx.checker.check_model(str(tmp))
     session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
     worst, rows = 0.0, 0
@@ -85,7 +83,6 @@ def ppocr(src: Path, out_dir: Path, spec: dict[str, Any]) -> ExportReport:
     the graphs sr_backend/ocr.py expects (input `x`, recogniser character list in the metadata)."""
     import onnxruntime as ort
 
-    from .export import ExportReport
 
     det, rec = src / spec["detector"], src / spec["recognizer"]
     for path in (det, rec):

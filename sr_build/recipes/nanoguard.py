@@ -24,12 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # export.py imports this module for its RECIPES table
-    from .export import ExportReport
+from ..onnx_export import ExportReport, dynamo_export
 
 LABELS = ("safe", "injection")
 TOLERANCE = 1e-4
@@ -349,8 +348,6 @@ def probabilities(logits: np.ndarray) -> np.ndarray:
 
 def export_graph(original: Original, path: Path, opset: int) -> None:
     """Dynamo export of the padding-reproducing wrapper (see export_module)."""
-    from .export import dynamo_export
-
     module = export_module(original)
     rng = np.random.default_rng(SEED)
     rows = random_rows(rng, int(original.model.config.vocab_size), [16, 11], int(original.tokenizer.bos_token_id))
@@ -361,8 +358,6 @@ def prompt_guard(src: Path, out_dir: Path, spec: dict[str, Any]) -> ExportReport
     """Recipe: the nanoguard package root → verified `model.onnx` (logits safe, injection) + `tokenizer.json`."""
     import onnxruntime as ort
     import torch
-
-    from .export import ExportReport
 
     torch.manual_seed(SEED)
     opset = int(spec.get("opset", 18))

@@ -1,0 +1,24 @@
+"""Build recipes by name (a card's `build.recipe`). A recipe writes `model.onnx` (and its tokenizer or other
+artifacts) into the version directory and returns its export check; the heavy imports (torch, transformers) happen
+inside each recipe, so importing this table is cheap."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..onnx_export import ExportReport
+from .images import efficientnet_lite, ppocr
+from .nanoguard import prompt_guard
+from .prebuilt import prebuilt_onnx
+from .sentence_embedding import sentence_embedding
+
+Recipe = Callable[[Path, Path, dict[str, Any]], ExportReport]
+RECIPES: dict[str, Recipe] = {
+    "efficientnet-lite": efficientnet_lite,
+    "ppocr": ppocr,
+    "prebuilt-onnx": prebuilt_onnx,
+    "sentence-embedding": sentence_embedding,
+    "prompt-guard": prompt_guard,
+}
