@@ -19,6 +19,7 @@ import triton_python_backend_utils as pb_utils
 
 from sr_backend.encoder import RaggedRunner, Row, model_parameter
 from sr_backend.engines import load_engine
+from sr_backend.engines.ort_gpu import OrtGpuEngine, config_parameters, gpu_request
 
 
 class TritonPythonModel:
@@ -26,10 +27,15 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         threads = int(os.environ.get("SR_BACKEND_THREADS") or model_parameter(config, "intra_op_threads", "0"))
-        # the engine and precision `sr-gateway models tune` chose for this host (fp32 ONNX Runtime by default)
+        # a GPU variant's provider on the GPU Triton gave this instance (it fails to load rather than run on CPU)
+        gpu = gpu_request(config_parameters(config), Path(version_dir), int(args.get("model_instance_device_id") or 0),
+                          args.get("model_instance_kind", "CPU"))
+        # else the engine and precision `sr-gateway models tune` chose for this host (fp32 ONNX Runtime by default)
         engine = load_engine(model_parameter(config, "engine", "onnxruntime"),
                              model_parameter(config, "precision", "fp32"),
-                             Path(version_dir) / model_parameter(config, "onnx_file", "model.onnx"), threads)
+                             Path(version_dir) / model_parameter(config, "onnx_file", "model.onnx"), threads, gpu)
+        if isinstance(engine, OrtGpuEngine):  # what actually runs it, in Triton's log
+            pb_utils.Logger.log_info(f"{args.get('model_instance_name', '')}: {engine.describe()}")
         self.runner = RaggedRunner(engine, int(model_parameter(config, "max_batch_tokens", "8192")))
         self.output = next(o["name"] for o in config["output"] if o["name"] != "TIMING")
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .ort_gpu import GpuRequest
 
 ENGINES = ("onnxruntime", "openvino")
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -39,8 +42,13 @@ def int8_path(onnx: Path) -> Path:
     return onnx.with_name(onnx.name.removesuffix(".onnx") + INT8_SUFFIX)
 
 
-def load_engine(engine: str, precision: str, onnx: Path, threads: int = 0) -> Engine:
-    """The named engine over `onnx` (the fp32 graph; int8 reads its quantised sibling) at `precision`."""
+def load_engine(engine: str, precision: str, onnx: Path, threads: int = 0, gpu: GpuRequest | None = None) -> Engine:
+    """The named engine over `onnx` (the fp32 graph; int8 reads its quantised sibling) at `precision`; with `gpu`
+    (a GPU variant's config), ONNX Runtime on that GPU instead, whatever the CPU tuner chose (ort_gpu.py)."""
+    if gpu is not None:
+        from .ort_gpu import OrtGpuEngine
+
+        return OrtGpuEngine.from_file(onnx, gpu)
     if (engine, precision) not in SUPPORTED:
         known = ", ".join(f"{e}/{p}" for e, p in sorted(SUPPORTED))
         raise EngineError(f"engine {engine!r} at precision {precision!r} is not available (known: {known})")
