@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,8 @@ class TritonPythonModel:
         engine = load_engine(model_parameter(config, "engine", "onnxruntime"),
                              model_parameter(config, "precision", "fp32"),
                              Path(version_dir) / model_parameter(config, "onnx_file", "model.onnx"), threads, gpu)
-        if isinstance(engine, OrtGpuEngine):  # what actually runs it, in Triton's log
-            pb_utils.Logger.log_info(f"{args.get('model_instance_name', '')}: {engine.describe()}")
+        if isinstance(engine, OrtGpuEngine):  # what actually runs it, in Triton's output whatever its log level
+            print(f"sr_backend {args.get('model_instance_name', '')}: {engine.describe()}", file=sys.stderr, flush=True)
         self.runner = RaggedRunner(engine, int(model_parameter(config, "max_batch_tokens", "8192")))
         self.output = next(o["name"] for o in config["output"] if o["name"] != "TIMING")
 

@@ -3,7 +3,8 @@
 #   1. the GPU;  2. `sr-gateway models build --target gpu` on a copy of the model repository (TensorRT plans,
 #   fp16 where the golden check passes);  3. the gateway with its child Triton on that repository: ready means
 #   every golden check passed;  4. the embeddings benchmark, batch 256 x 128 tokens;  5. achieved TFLOP/s against
-#   the device's dense fp16/bf16 peak.
+#   the device's dense fp16/bf16 peak. Step 3 also requires Triton's output to show the model's instance running
+#   on ONNX Runtime's TensorRT provider (sr_backend prints the session's providers; a missing one fails the load).
 #
 #   tools/gpu_check.sh          on the GPU machine
 #   tools/gpu_check.sh --cpu    the same steps without a GPU (configs only, served on CPU): tests the script
@@ -71,6 +72,14 @@ else:
 print(body)
 sys.exit(0 if body["status"] == "ready" else "a golden check failed")
 PY
+if [ $CPU = 1 ]; then
+  echo "provider: CPU repository (--cpu), no GPU session to check"
+else
+  # the served instance's ONNX Runtime session, as sr_backend reports it: TensorRT must come first
+  grep "sr_backend .*ONNX Runtime providers" "$WORK/gateway.log" || { echo "no provider line in $WORK/gateway.log"; exit 1; }
+  grep -q "ONNX Runtime providers \['TensorrtExecutionProvider'" "$WORK/gateway.log" \
+    || { echo "the model is not served by the TensorRT provider"; exit 1; }
+fi
 
 step "4-5. embeddings benchmark: $BATCHES batches of 256 x 128 tokens; TFLOP/s vs peak"
 "$PYTHON" - "$PORT" "$SERVE_REPO/$MODEL" "$BATCHES" "$GPU_NAME" "${PEAK_TFLOPS:-}" <<'PY'
