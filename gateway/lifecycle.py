@@ -18,7 +18,7 @@ from collections import deque
 from typing import Any
 
 from .readiness import check_golden, prepare_heads
-from .runtime import Runtime, ServedModel
+from .runtime import Runtime, ServedModel, apply_loaded_config
 from .supervisor import TritonProcess, still_in_group
 from .triton import Triton, TritonFailure
 
@@ -214,6 +214,7 @@ class Lifecycle:
                 replaced = self.process.stub_pids(model.card.triton_name) if self.process is not None else set()
                 await triton.reload(model.card.triton_name)
             config = await triton.model_config(model.card.triton_name)
+            apply_loaded_config(model, config)  # the engine, precision and tolerance of what Triton loaded
             model.output = next(o["name"] for o in config.get("output", []) if o["name"] != "TIMING")
             model.engine_args = {
                 "triton_model": model.card.triton_name, "backend": config.get("backend"),

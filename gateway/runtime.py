@@ -43,6 +43,7 @@ class ServedModel:
     golden: dict[str, Any] = field(default_factory=lambda: {"status": "pending", "checked": 0, "matched": 0,
                                                             "reference": "cpu"})
     family: Any = None  # decisions models: their decision family, built on first use
+    written: Card | None = None  # the card as its file says; `card` carries the served precision's tolerance
 
     @property
     def id(self) -> str:
@@ -81,16 +82,28 @@ class ServedModel:
         return self._encoder
 
 
-def served_precision(card: Card) -> tuple[Card, dict[str, Any]]:
-    """The engine choice in the model's Triton config, and the card as served at its precision: a faster
-    precision the card allows has its own golden tolerance (the fp32 tolerance would reject its rounding)."""
-    from sr_backend.engines import configured_choice
+def served_precision(card: Card, choice: dict[str, str] | None = None) -> tuple[Card, dict[str, Any]]:
+    """The engine choice a model is served with, and the card as served at its precision: a faster precision the
+    card allows has its own golden tolerance (the fp32 tolerance would reject its rounding). `choice`: what Triton
+    reports it loaded (configs.choice_of_loaded); before the load, the config Triton will load (the generated
+    configs/tuned.pbtxt, else config.pbtxt) from the local repository."""
+    from sr_backend.engines.configs import DEFAULTS, choice_of, served_config
 
-    choice = configured_choice(card.directory.parent / card.triton_name / "config.pbtxt")
+    if choice is None:
+        path = served_config(card.directory.parent / card.triton_name)
+        choice = choice_of(path.read_text()) if path.is_file() else dict(DEFAULTS)
     spec = card.precisions.get(choice["precision"])  # type: ignore[call-overload]
     if card.golden is not None and spec is not None and spec.golden_tolerance is not None:
         card = card.model_copy(update={"golden": card.golden.model_copy(update={"tolerance": spec.golden_tolerance})})
     return card, {"engine": choice["engine"], "precision": choice["precision"], "threads": int(choice["threads"])}
+
+
+def apply_loaded_config(model: ServedModel, config: dict[str, Any]) -> None:
+    """Serve what Triton actually loaded (its model config over gRPC), not what a local file says: an external
+    Triton has its own repository, and a child one may have loaded configs/tuned.pbtxt or config.pbtxt."""
+    from sr_backend.engines.configs import choice_of_loaded
+
+    model.card, model.engine = served_precision(model.written or model.card, choice_of_loaded(config))
 
 
 def served_engine(model: ServedModel) -> str:
@@ -110,7 +123,7 @@ class Runtime:
     def __init__(self, settings: Settings, cards: list[Card], metrics: Metrics) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.models: dict[str, ServedModel] = {c.id: ServedModel(*served_precision(c)) for c in cards}
+        self.models: dict[str, ServedModel] = {c.id: ServedModel(*served_precision(c), written=c) for c in cards}
         self.triton: Engine | None = None  # Triton over gRPC, or an in-process fake in the logic tests
         self.draining = False
         self.inflight: dict[str, int] = {}  # inputs submitted to Triton and not yet answered, per Triton model

@@ -25,6 +25,8 @@ import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 
+from sr_backend.engines.configs import CONFIG_NAME, ConfigError, refresh
+
 log = logging.getLogger("sr_gateway.triton")
 
 PR_SET_PDEATHSIG = 1
@@ -57,6 +59,18 @@ def backend_directory(cache: Path | None = None) -> Path:
         shutil.copy2(stub, tmp / stub.name)
         os.replace(tmp, target)
     return target.parent
+
+
+def refresh_generated_configs(repository: Path) -> None:
+    """A generated config made from an older config.pbtxt gets the current one with the same tuned choice, so an
+    edit of config.pbtxt is never hidden behind a stale copy (a read-only repository is logged, not fatal)."""
+    try:
+        refreshed = refresh(repository)
+    except (OSError, ConfigError) as exc:
+        log.warning("could not refresh the generated model configs in %s: %s", repository, exc)
+        return
+    if refreshed:
+        log.info("regenerated configs/%s.pbtxt from an edited config.pbtxt: %s", CONFIG_NAME, ", ".join(refreshed))
 
 
 def free_port() -> int:
@@ -173,11 +187,14 @@ class TritonProcess:
 
     async def start(self) -> None:
         binary = _pytriton_root() / "bin" / "tritonserver"
+        refresh_generated_configs(self.repository)
         remove_stale_shm()
         self.cleanup_shm()
         args = [
             str(binary),
             f"--model-repository={self.repository}",
+            # each model's configs/<CONFIG_NAME>.pbtxt (this host's tuned choice) where one was generated
+            f"--model-config-name={CONFIG_NAME}",
             f"--backend-directory={backend_directory()}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",

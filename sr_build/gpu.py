@@ -9,7 +9,9 @@ Per text model (ONNX inputs all [batch, tokens]) the model's config.pbtxt in the
   tolerance on the card's golden inputs (otherwise fp32 plans);
 - the plans themselves, built here by running each profile's min/opt/max shapes once.
 Models with other inputs (images) keep their CPU instances. The repository is changed in place: run it on a copy
-(the k8s init container does). The served model reads the parameters in sr_backend (see docs/operations.md).
+(the k8s init container does). A CPU choice that `models tune` generated (configs/tuned.pbtxt, which tritonserver
+would load instead of config.pbtxt) is removed from a model moved to the GPU, and `models tune` leaves GPU configs
+alone. The served model reads the parameters in sr_backend (see docs/operations.md).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 import numpy as np
 import yaml
+
+from sr_backend.engines.configs import generated_config
 
 OPT_SHAPE = (64, 128)
 MAX_BATCH_ROWS = 256
@@ -149,6 +153,7 @@ def build_gpu_variant(model_dir: Path, *, plans: bool = True) -> GpuVariant | No
     parameters = {"execution_provider": "tensorrt", "trt_fp16": "1" if fp16 else "0",
                   "trt_engine_cache_path": "trt", **shapes}
     config_path.write_text(gpu_config(config_path.read_text(), parameters))
+    generated_config(model_dir).unlink(missing_ok=True)  # this host's CPU choice must not shadow the GPU config
     variant = GpuVariant(card["id"], fp16, diff, shapes, plans)
     (version_dir / "gpu.json").write_text(json.dumps(variant.__dict__, indent=2))
     return variant

@@ -144,13 +144,13 @@ async def load(url: str, path: str, bodies: list[str], concurrency: int, seconds
 def inprocess_best(seconds: float) -> tuple[str, float]:
     """Rows/s of the tuned engine in-process at batch 32 × 128 tokens, all cores (the served-throughput goal)."""
     from sr_backend.encoder import RaggedRunner
-    from sr_backend.engines import configured_choice, load_engine
+    from sr_backend.engines import configured_choice, load_configured
+    from sr_backend.engines.configs import served_config
     from sr_backend.engines.host import detect
     from tools.bench_engines import _rows, time_cell
 
-    choice = configured_choice(ROOT / "model_repository" / MODEL / "config.pbtxt")
-    engine = load_engine(choice["engine"], choice["precision"], ROOT / "model_repository" / MODEL / "1" / "model.onnx",
-                         detect().cores)
+    choice = configured_choice(served_config(ROOT / "model_repository" / MODEL))
+    engine = load_configured(ROOT / "model_repository" / MODEL, detect().cores)
     per = time_cell(RaggedRunner(engine), _rows(30522, 32, 128, 7), seconds)
     return f"{choice['engine']}/{choice['precision']}", 32 / per
 
@@ -230,8 +230,9 @@ def main() -> None:
         print(f"infinity installed in {VENV}")
         return
     from sr_backend.engines import configured_choice
+    from sr_backend.engines.configs import served_config
 
-    choice = configured_choice(ROOT / "model_repository" / MODEL / "config.pbtxt")
+    choice = configured_choice(served_config(ROOT / "model_repository" / MODEL))  # what Triton will load
     served = f"{choice['engine']}/{choice['precision']}, {choice['instances']} × {choice['threads']} threads"
     bodies = {w: texts(n) for w, n in WORKLOADS.items()}
     meter = LoadMeter()

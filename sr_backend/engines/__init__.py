@@ -8,7 +8,6 @@ is made per host by measurement instead of assumed.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -65,16 +64,18 @@ def load_engine(engine: str, precision: str, onnx: Path, threads: int = 0, gpu: 
 
 
 def configured_choice(config: Path) -> dict[str, str]:
-    """engine, precision, threads, instances as a model's Triton config (config.pbtxt) names them."""
-    text = config.read_text() if config.is_file() else ""
-    params = dict(re.findall(r'^parameters: \{ key: "([^"]+)", value: \{ string_value: "([^"]*)" \} \}', text, re.M))
-    count = re.search(r"instance_group \[ \{ kind: KIND_CPU, count: (\d+) \} \]", text)
-    return {"engine": params.get("engine", "onnxruntime"), "precision": params.get("precision", "fp32"),
-            "threads": params.get("intra_op_threads", "0"), "instances": count.group(1) if count else "1"}
+    """engine, precision, threads, instances as a Triton config file names them (configs.choice_of)."""
+    from .configs import DEFAULTS, choice_of
+
+    return choice_of(config.read_text()) if config.is_file() else dict(DEFAULTS)
 
 
 def load_configured(model_dir: Path, threads: int = 0) -> Engine:
-    """The engine and precision the model's Triton config serves, in-process: benchmark baselines use this so
-    they compare like with like."""
-    choice = configured_choice(model_dir / "config.pbtxt")
-    return load_engine(choice["engine"], choice["precision"], model_dir / "1" / "model.onnx", threads)
+    """The engine, precision and threads of the config Triton serves this model with (configs/tuned.pbtxt where
+    `models tune` generated one, else config.pbtxt), in-process: benchmark baselines use this so they compare like
+    with like. `threads` overrides the config's intra_op_threads (0: the config's)."""
+    from .configs import served_config
+
+    choice = configured_choice(served_config(model_dir))
+    return load_engine(choice["engine"], choice["precision"], model_dir / "1" / "model.onnx",
+                       threads or int(choice["threads"]))

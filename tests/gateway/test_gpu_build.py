@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from sr_backend.engines.configs import generated_config, write_generated
 from sr_build.gpu import build_gpu_repository, gpu_config
 
 from .conftest import BIN, ROOT
@@ -42,3 +43,13 @@ def test_gpu_config_replaces_a_parameter_instead_of_repeating_it() -> None:
     once = gpu_config(source, {"trt_fp16": "1"})
     twice = gpu_config(once, {"trt_fp16": "0"})
     assert twice.count('key: "trt_fp16"') == 1 and 'string_value: "0"' in twice.split('key: "trt_fp16"')[1]
+
+
+def test_a_model_moved_to_the_gpu_loses_the_cpu_choice_tuning_generated_for_it(tmp_path: Path) -> None:
+    copy_model(tmp_path, "all-minilm-l6-v2")
+    model_dir = tmp_path / "all-minilm-l6-v2"
+    write_generated(model_dir, {"engine": "openvino", "precision": "fp32", "threads": "2", "instances": "2"})
+    build_gpu_repository(tmp_path, plans=False)
+    # tritonserver --model-config-name=tuned falls back to config.pbtxt: the GPU variant, not the CPU choice
+    assert not generated_config(model_dir).exists()
+    assert "KIND_GPU" in (model_dir / "config.pbtxt").read_text()
