@@ -195,13 +195,32 @@ class KubeBackend:
             if self._telemetry is not None:
                 self._telemetry.kube.labels(action=action, outcome=outcome).observe(time.perf_counter() - started)
 
+    async def _namespaced(self, namespace: str, action: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """A call in one namespace. The control plane is bound per project namespace (k8s/project), so in a namespace
+        that does not exist the apiserver refuses (403) before it looks; that is the spec's 404 all the same."""
+        try:
+            return await self._call(action, fn, *args)
+        except ApiError as err:
+            if err.status == 403 and await self._namespace_missing(namespace):
+                raise not_found(f"{action}: namespace {namespace} does not exist") from err
+            raise
+
+    async def _namespace_missing(self, namespace: str) -> bool:
+        """True only when the apiserver says the namespace is not there (k8s/base grants get on namespaces)."""
+        try:
+            await self._call("read namespace", self._core.read_namespace, namespace)
+        except ApiError as err:
+            return err.status == 404 and err.error == "not_found"
+        return False
+
     async def ping(self) -> None:
         """Whether the apiserver answers (readiness); raises the translated error when it does not."""
         await self._call("read version", client.VersionApi(self._api).get_code)
 
     async def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create a workload; returns the stored object (with its uid)."""
-        obj: dict[str, Any] = await self._call(
+        obj: dict[str, Any] = await self._namespaced(
+            namespace,
             f"create {kind.name}",
             self._custom.create_namespaced_custom_object,
             GROUP,
@@ -214,7 +233,8 @@ class KubeBackend:
 
     async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
         """Read a workload including its status."""
-        obj: dict[str, Any] = await self._call(
+        obj: dict[str, Any] = await self._namespaced(
+            namespace,
             f"read {kind.name}",
             self._custom.get_namespaced_custom_object,
             GROUP,

@@ -32,10 +32,12 @@ from controlplane.app import create_app
 from controlplane.catalog import import_catalog
 from controlplane.config import Settings
 from controlplane.db import make_engine, migrate
+from k8s.render import bind_to, render
 
 REQUIRED_ENV = (
     "SR_TEST_KUBE_ADMIN_KUBECONFIG",
     "SR_TEST_KUBE_CP_KUBECONFIG",
+    "SR_TEST_CP_NAMESPACE",
     "SR_TEST_APISERVER_CTL",
     "SR_TEST_KEYSTONE_URL",
     "SR_TEST_KEYSTONE_ADMIN_PASSWORD",
@@ -249,21 +251,36 @@ class Keystone:
 
 
 class Cluster:
-    """Admin access to the real apiserver, plus what KServe and the platform would do."""
+    """Admin access to the real apiserver, plus what KServe and the platform would do.
 
-    def __init__(self, kubeconfig: str, ctl: str) -> None:
+    The control plane itself (the app under test) talks to this apiserver only as its ServiceAccount from k8s/
+    (tools/testenv/controlplane_identity.py): a project namespace is usable by it once `provision` has bound it
+    there with k8s/project's RoleBinding, as the platform does."""
+
+    WORKLOADS_ROLE = "sr-controlplane-workloads"
+
+    def __init__(self, kubeconfig: str, ctl: str, controlplane_namespace: str) -> None:
         self.api = config.new_client_from_config(kubeconfig)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.rbac = client.RbacAuthorizationV1Api(self.api)
         self.ctl = ctl.split()
+        self.controlplane_namespace = controlplane_namespace
+        self.user = f"system:serviceaccount:{controlplane_namespace}:sr-controlplane"
+        self.provisioned: list[str] = []
 
     async def run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def provision(self, ns: str) -> None:
-        """What the platform does for a project: create its namespace."""
+        """What the platform does for a project: create its namespace and bind the control plane in it."""
         await self.run(self.core.create_namespace, {"metadata": {"name": ns}})
+        docs = render("project", namespace=ns)
+        bind_to(docs, self.controlplane_namespace)
+        for doc in docs:
+            assert doc["kind"] == "RoleBinding", doc["kind"]
+            await self.run(self.rbac.create_namespaced_role_binding, ns, doc)
+        self.provisioned.append(ns)
 
     async def terminate_namespace(self, ns: str) -> None:
         """Delete a namespace; with no namespace controller running it stays Terminating for good."""
@@ -271,24 +288,24 @@ class Cluster:
 
     @asynccontextmanager
     async def rbac_revoked(self) -> AsyncIterator[None]:
-        """Take the control plane's ClusterRoleBinding away for the block (Kubernetes then refuses it)."""
-        binding = await self.run(self.rbac.read_cluster_role_binding, "sr-controlplane")
-        await self.run(self.rbac.delete_cluster_role_binding, "sr-controlplane")
+        """Take the control plane's workload ClusterRole (k8s/base, bound per project namespace) away for the
+        block: Kubernetes then refuses its writes, pods, logs and exec everywhere."""
+        role = await self.run(self.rbac.read_cluster_role, self.WORKLOADS_ROLE)
+        await self.run(self.rbac.delete_cluster_role, self.WORKLOADS_ROLE)
         await self._wait_access(allowed=False)
         try:
             yield
         finally:
-            body = {"metadata": {"name": "sr-controlplane"},
-                    "roleRef": {"apiGroup": binding.role_ref.api_group, "kind": binding.role_ref.kind,
-                                "name": binding.role_ref.name},
-                    "subjects": [{"kind": x.kind, "name": x.name, "apiGroup": x.api_group}
-                                 for x in binding.subjects]}
-            await self.run(self.rbac.create_cluster_role_binding, body)
+            body = {"metadata": {"name": self.WORKLOADS_ROLE, "labels": role.metadata.labels},
+                    "rules": [self.api.sanitize_for_serialization(r) for r in role.rules]}
+            await self.run(self.rbac.create_cluster_role, body)
             await self._wait_access(allowed=True)
 
     async def _wait_access(self, *, allowed: bool) -> None:
-        review = {"spec": {"user": "sr-controlplane", "resourceAttributes": {
-            "group": GROUP, "resource": "llminferenceservices", "verb": "update", "namespace": "default"}}}
+        assert self.provisioned, "revoking access needs a provisioned project namespace to check it in"
+        review = {"spec": {"user": self.user, "groups": ["system:serviceaccounts", "system:authenticated"],
+                           "resourceAttributes": {"group": GROUP, "resource": "llminferenceservices",
+                                                  "verb": "update", "namespace": self.provisioned[-1]}}}
         authz = client.AuthorizationV1Api(self.api)
         for _ in range(100):
             res = await self.run(authz.create_subject_access_review, review)
@@ -564,6 +581,7 @@ def settings_for(env: dict[str, str], db: str, *, kube: bool = True, ttl: float 
         probe_timeout_s=PROBE_TIMEOUT_S,
         token_cache_ttl_s=ttl,
         reconcile_interval_s=0.0,  # off: tests of the reconciler start their own
+        reconcile_lease_namespace=env["SR_TEST_CP_NAMESPACE"],  # the ServiceAccount's Role allows Leases there only
     )
 
 
@@ -616,7 +634,7 @@ async def keystone(env: dict[str, str]) -> AsyncIterator[Keystone]:
 
 @pytest.fixture(scope="session")
 def cluster(env: dict[str, str]) -> Cluster:
-    return Cluster(env["SR_TEST_KUBE_ADMIN_KUBECONFIG"], env["SR_TEST_APISERVER_CTL"])
+    return Cluster(env["SR_TEST_KUBE_ADMIN_KUBECONFIG"], env["SR_TEST_APISERVER_CTL"], env["SR_TEST_CP_NAMESPACE"])
 
 
 @pytest_asyncio.fixture

@@ -136,9 +136,9 @@ async def test_of_two_replicas_exactly_one_reconciles_and_the_other_takes_over_w
             assert sum(is_leader(tc) for tc in pair) == 1
             await asyncio.sleep(0.2)
         leader, follower = sorted(pair, key=is_leader, reverse=True)
-        obj = await cluster.run(coord.read_namespaced_lease, lease, "default")
+        obj = await cluster.run(coord.read_namespaced_lease, lease, cluster.controlplane_namespace)
         assert obj.spec.holder_identity == reconciler(leader).election.identity
         await leader.close()
         await until(lambda: is_leader(follower), "the follower to take over", timeout=10)
-        obj = await cluster.run(coord.read_namespaced_lease, lease, "default")
+        obj = await cluster.run(coord.read_namespaced_lease, lease, cluster.controlplane_namespace)
         assert obj.spec.holder_identity == reconciler(follower).election.identity

@@ -48,10 +48,8 @@ mkdir -p "$RUN/certs"
   openssl rsa -in sa.key -pubout -out sa.pub
 ) >"$RUN/certs.log" 2>&1 || fail "certificate generation failed"
 ADMIN_TOKEN=$(openssl rand -hex 16)
-CP_TOKEN=$(openssl rand -hex 16)
 cat > "$RUN/tokens.csv" <<CSV
 $ADMIN_TOKEN,test-admin,test-admin,system:masters
-$CP_TOKEN,sr-controlplane,sr-controlplane
 CSV
 kubeconfig() {  # kubeconfig FILE TOKEN
   cat > "$1" <<KC
@@ -64,7 +62,6 @@ current-context: test
 KC
 }
 kubeconfig "$RUN/admin.kubeconfig" "$ADMIN_TOKEN"
-kubeconfig "$RUN/controlplane.kubeconfig" "$CP_TOKEN"
 
 # --- etcd ---------------------------------------------------------------------------------------
 etcd --name default --data-dir "$RUN/etcd" \
@@ -108,31 +105,12 @@ KUBECTL=(kubectl --kubeconfig "$RUN/admin.kubeconfig" --request-timeout=20s)
 "${KUBECTL[@]}" wait --for condition=established --timeout=30s \
   crd/inferenceservices.serving.kserve.io crd/llminferenceservices.serving.kserve.io >>"$RUN/crds.log" 2>&1 \
   || fail "CRDs not established"
-# What the control plane may do, granted cluster-wide (it manages every project's namespace).
-"${KUBECTL[@]}" apply -f - >>"$RUN/crds.log" 2>&1 <<'YAML' || fail "RBAC setup failed"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: sr-controlplane}
-rules:
-  - apiGroups: [serving.kserve.io]
-    resources: [inferenceservices, llminferenceservices]
-    verbs: [get, list, watch, create, update, patch, delete]
-  - apiGroups: [""]
-    resources: [pods, pods/log]
-    verbs: [get, list, watch]
-  - apiGroups: [""]
-    resources: [pods/exec]
-    verbs: [create, get]
-  - apiGroups: [coordination.k8s.io]
-    resources: [leases]
-    verbs: [get, create, update]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: sr-controlplane}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sr-controlplane}
-subjects: [{kind: User, name: sr-controlplane, apiGroup: rbac.authorization.k8s.io}]
-YAML
+# The control plane's identity as k8s/ deploys it: its ServiceAccount and RBAC rendered from k8s/base, a token from
+# the TokenRequest API, and k8s/base's in-cluster kubeconfig (tokenFile) pointed here. The suite talks to Kubernetes
+# only through it; each project namespace gets k8s/project's RoleBinding when the tests provision it.
+CP_NAMESPACE=sr-gateway
+"$PYTHON" "$HERE/controlplane_identity.py" "$RUN/admin.kubeconfig" "$RUN" --namespace "$CP_NAMESPACE" \
+  >>"$RUN/crds.log" 2>&1 || fail "control plane ServiceAccount setup failed"
 
 # --- fake kubelet: registers node fake-node-1 and serves container logs through the apiserver --------
 "$PYTHON" "$HERE/fake_kubelet.py" "$RUN/admin.kubeconfig" "$RUN/certs/server.crt" "$RUN/certs/server.key" \
@@ -190,6 +168,7 @@ cat > "$RUN/env.sh" <<ENV
 export SR_TESTENV_DIR=$RUN
 export SR_TEST_KUBE_ADMIN_KUBECONFIG=$RUN/admin.kubeconfig
 export SR_TEST_KUBE_CP_KUBECONFIG=$RUN/controlplane.kubeconfig
+export SR_TEST_CP_NAMESPACE=$CP_NAMESPACE
 export SR_TEST_APISERVER_CTL="$HERE/apiserver.sh $RUN"
 export SR_TEST_KEYSTONE_URL=http://127.0.0.1:$KEYSTONE_PORT/v3
 export SR_TEST_KEYSTONE_ADMIN_PASSWORD=$KS_PASSWORD

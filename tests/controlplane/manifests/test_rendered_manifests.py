@@ -99,19 +99,22 @@ def test_the_controlplane_may_run_workloads_only_in_project_namespaces_bound_to_
     project, other = f"{namespace}-project", f"{namespace}-other"
     for ns in (project, other):
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    # the control plane's own install namespace in this test env (its identity is shared with the suite: the
+    # cluster-wide objects have one name, so installing them for another namespace would rebind them)
+    home = os.environ["SR_TEST_CP_NAMESPACE"]
     try:
-        docs = render("base", namespace=namespace)
+        docs = render("base", namespace=home)
         rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
                                                  "RoleBinding")]
         binding = render("project", namespace=project)
         for doc in binding:
             for subject in doc["subjects"]:
-                subject["namespace"] = namespace
+                subject["namespace"] = home
         path = tmp_path / "rbac.yaml"
         path.write_text(yaml.safe_dump_all(rbac + binding))
         done = kubectl("apply", "--server-side", "--field-manager=sr-ops-tests", "-f", str(path))
         assert done.returncode == 0, done.stderr
-        user = f"system:serviceaccount:{namespace}:sr-controlplane"
+        user = f"system:serviceaccount:{home}:sr-controlplane"
         for verb in ("create", "get", "list", "watch", "patch", "delete"):
             assert _allowed(admin, user, project, verb, "inferenceservices", "serving.kserve.io")
         assert _allowed(admin, user, project, "get", "pods", subresource="log")
@@ -124,14 +127,18 @@ def test_the_controlplane_may_run_workloads_only_in_project_namespaces_bound_to_
         # the reconciler reads its workloads everywhere, writes nowhere but in projects; its Lease is at home
         assert _allowed(admin, user, "", "list", "inferenceservices", "serving.kserve.io")
         assert not _allowed(admin, user, "", "delete", "inferenceservices", "serving.kserve.io")
+        # it may ask whether a namespace exists (a refusal there is then a 404), not list or change them
+        assert _allowed(admin, user, "", "get", "namespaces")
+        assert not _allowed(admin, user, "", "list", "namespaces")
+        assert not _allowed(admin, user, "", "delete", "namespaces")
         for verb in ("get", "create", "update"):
-            assert _allowed(admin, user, namespace, verb, "leases", "coordination.k8s.io")
+            assert _allowed(admin, user, home, verb, "leases", "coordination.k8s.io")
         assert not _allowed(admin, user, project, "update", "leases", "coordination.k8s.io")
 
         # its in-cluster kubeconfig (service-account token file, no stored credential) reaches the API with them
         kubeconfig = yaml.safe_load(_find(docs, "ConfigMap", "sr-controlplane-kubeconfig")["data"]["config"])
         minted = client.CoreV1Api(admin).create_namespaced_service_account_token(
-            "sr-controlplane", namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+            "sr-controlplane", home, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
                 audiences=["https://kubernetes.default.svc"], expiration_seconds=600)))
         assert minted.status is not None
         (tmp_path / "token").write_text(str(minted.status.token))
