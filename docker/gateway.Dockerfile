@@ -13,9 +13,10 @@ COPY sr_backend sr_backend
 COPY sr_build sr_build
 COPY controlplane controlplane
 COPY model_repository model_repository
-# the wheel of this repository (and of its runtime dependencies), then the ONNX files with the export extra
+# the wheel of this repository (and of its runtime dependencies), then the ONNX files with the export extra (the
+# wheel itself with [export]: installing it beside '.[export]' would be two sources for one package, which pip refuses)
 RUN pip wheel --wheel-dir /wheels . \
- && pip install /wheels/*.whl '.[export]' \
+ && pip install --find-links /wheels "$(ls /wheels/sr_gateway-*.whl)[export]" \
  && sr-gateway models build --model-repository /src/model_repository --strict \
  && find model_repository -name __pycache__ -prune -exec rm -rf {} +
 
