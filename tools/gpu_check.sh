@@ -32,6 +32,17 @@ if [ $CPU = 1 ]; then
 else
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  # the served path needs ONNX Runtime's TensorRT provider in this venv (onnxruntime-gpu + TensorRT's libraries in
+  # place of the CPU onnxruntime wheel); say so before anything is built
+  "$PYTHON" - <<'PY'
+import sys
+import onnxruntime as ort
+providers = ort.get_available_providers()
+print(f"onnxruntime {ort.__version__}: {providers}")
+if "TensorrtExecutionProvider" not in providers:
+    sys.exit("no TensorrtExecutionProvider: install onnxruntime-gpu and TensorRT (e.g. tensorrt-cu12) in this venv, "
+             "in place of the CPU onnxruntime wheel")
+PY
 fi
 echo "GPU: $GPU_NAME"
 
