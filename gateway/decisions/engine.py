@@ -214,7 +214,10 @@ def build_entries(model: ServedModel, req: DecisionRequest, parts: dict[str, byt
                 raise ApiError("invalid_request", f"states.{name}.{needed} is required")
         media = substitute(assets, raw["state"], raw["questions"], raw.get("images"), f"states.{name}.",
                            leading=leading)
-        media.videos = list(raw.get("videos") or [])
+        videos = raw.get("videos")
+        if videos is not None and not isinstance(videos, list):
+            raise ApiError("invalid_request", f"states.{name}.videos must be a list")
+        media.videos = list(videos or [])
         entries.append(_entry(model, fam, name, media, roles))
     assets.check_all_used()
     return entries

@@ -7,6 +7,7 @@ A question uses exactly one form — `criteria`, or the router-config list of it
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -79,7 +80,10 @@ def render(value: Any) -> str:
     """Object/array instructions and descriptions are read as canonical JSON text."""
     if isinstance(value, str):
         return value
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:  # integers beyond 64 bits are valid JSON (orjson refuses them): the stdlib writes them
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _text(value: Any, what: str, *, nullable: bool = False) -> str | None:

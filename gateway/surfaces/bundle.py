@@ -95,8 +95,8 @@ def _with_deadline(body: dict[str, Any], deadline: float | None) -> dict[str, An
     if deadline is None:
         return body
     options = body.get("options")
-    if options is not None and not isinstance(options, dict):
-        return body  # the surface's own validation answers this
+    if "options" in body and not isinstance(options, dict):
+        return body  # the surface's own validation answers this (null included)
     own = (options or {}).get("deadline_ms")
     if isinstance(own, int | float) and not isinstance(own, bool) and own <= deadline:
         return body

@@ -101,22 +101,81 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=data, headers={"Content-Type": ctype})
 
 
-# Request schemas whose `model` this process requires when it serves several models.
-MODEL_REQUESTS = ("DecisionRequest", "ClassifyRequest", "EmbeddingsRequest", "RerankRequest")
+# Request schemas by the surface whose models they name.
+MODEL_REQUESTS = {"DecisionStandardRequest": "decisions", "DecisionBatchRequest": "decisions",
+                  "ClassifyRequest": "classify", "EmbeddingsRequest": "embeddings", "RerankRequest": "rerank",
+                  "CohereV2RerankRequest": "rerank"}
+_QUESTIONS = {"choice": "ChoiceQuestion", "noul": "NoulQuestion", "score": "ScoreQuestion", "set": "SetQuestion",
+              "span": "SpanQuestion", "box": "BoxQuestion", "track": "TrackQuestion"}
 _SERVED: dict[int, bytes] = {}
 
 
+def model_names(runtime: Runtime, surface: str) -> list[str]:
+    """The names a request for `surface` may give as `model`: served models whose card lists the surface, and
+    Triton names that resolve to one of them (Runtime.resolve)."""
+    names = [m.id for m in runtime.models.values() if surface in m.card.surfaces]
+    for m in runtime.models.values():
+        alias = m.card.triton_name
+        if alias in runtime.models or alias in names:
+            continue
+        first = next(x for x in runtime.models.values() if x.card.triton_name == alias)
+        if surface in first.card.surfaces:
+            names.append(alias)
+    return names
+
+
+def _decision_cards(schemas: dict[str, Any], cards: list[Any]) -> None:
+    """What the served decision models' cards allow, where every such card agrees (the union of their question
+    types and modalities): question types no card answers, box `at` and videos without a video model, images
+    without an image model. Presets a card lists add bare preset questions ({type, preset, over, threshold})."""
+    if not cards:
+        return
+    types = {t for c in cards for t in c.decisions.question_types}
+    modalities = {m for c in cards for m in (c.modalities or ["text"])}
+    schemas["Question"]["oneOf"] = [{"$ref": f"#/components/schemas/{name}"} for t, name in _QUESTIONS.items()
+                                    if t in types]
+    if "video" not in modalities:
+        schemas["BoxQuestion"]["properties"].pop("at", None)
+        for name in ("DecisionStandardRequest", "DecisionStateEntry"):
+            schemas[name]["properties"]["videos"]["maxItems"] = 0
+    if "image" not in modalities:
+        schemas["DecisionImages"]["maxItems"] = 0
+    presets: dict[str, set[str]] = {}
+    for card in cards:
+        for name, preset in card.decisions.presets.items():
+            if preset.get("type") in types:
+                presets.setdefault(preset["type"], set()).add(name)
+    for qtype, names in presets.items():
+        variant: dict[str, Any] = {
+            "type": "object", "additionalProperties": False, "required": ["type", "preset"],
+            "properties": {"type": {"type": "string", "enum": [qtype]},
+                           "preset": {"type": "string", "enum": sorted(names)},
+                           "over": {"$ref": "#/components/schemas/QuestionOver"}}}
+        if qtype in ("set", "span"):
+            variant["properties"]["threshold"] = {"type": "number", "minimum": 0, "maximum": 1}
+        schemas["Question"]["oneOf"].append(variant)
+
+
 def served_document(runtime: Runtime) -> bytes:
-    """The contract as this process enforces it: the file verbatim when one model is served; with several, `model`
-    is required in every request (the server answers 400 without it), so the document is exactly as strict."""
-    if len(runtime.models) <= 1:
-        return OPENAPI_BYTES
+    """The contract as this process enforces it. `model` names one of the served models that serve the
+    operation's surface (another served model is 422 unsupported_surface, an unknown one 404): which models a
+    process serves is its configuration, so the served document states it. With several models `model` is
+    required (400 without it); with one it may be left out."""
     found = _SERVED.get(id(runtime))
     if found is None:
         doc = yaml.safe_load(OPENAPI_BYTES)
-        for name in MODEL_REQUESTS:
+        for name, surface in MODEL_REQUESTS.items():
             schema = doc["components"]["schemas"][name]
-            schema["required"] = ["model", *[r for r in schema.get("required", []) if r != "model"]]
+            names = model_names(runtime, surface)
+            if names:  # enum may not be empty; no model for the surface leaves the file's plain string
+                schema["properties"]["model"] = {**schema["properties"]["model"], "enum": names}
+            if len(runtime.models) > 1:  # null is "not given", which several models do not allow
+                schema["required"] = ["model", *[r for r in schema.get("required", []) if r != "model"]]
+                schema["properties"]["model"].pop("nullable", None)
+            elif names and schema["properties"]["model"].get("nullable"):
+                schema["properties"]["model"]["enum"] = [*names, None]
+        _decision_cards(doc["components"]["schemas"], [m.card for m in runtime.models.values()
+                                                        if "decisions" in m.card.surfaces])
         found = _SERVED[id(runtime)] = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120).encode()
     return found
 

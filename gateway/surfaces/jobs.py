@@ -60,7 +60,8 @@ def deadline_ns(deadline_ms: float | None, timing: Timing | None) -> int | None:
     if deadline_ms is None:
         return None
     elapsed = time.perf_counter() - timing.started if timing is not None else 0.0
-    return time.time_ns() + int((deadline_ms / 1000 - elapsed) * 1e9)
+    # any finite number above 0 is a valid deadline_ms; past a year it is as good as none (and int(inf) fails)
+    return time.time_ns() + int((min(deadline_ms, 365 * 86_400_000.0) / 1000 - elapsed) * 1e9)
 
 
 async def _run(runtime: Runtime, model: ServedModel, job: Job, deadline: int | None) -> None:

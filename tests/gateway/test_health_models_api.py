@@ -8,7 +8,7 @@ import httpx
 import tritonclient.grpc.aio as grpcaio
 import yaml
 
-from gateway.surfaces.info import OPENAPI_PATH
+from gateway.surfaces.info import MODEL_REQUESTS, OPENAPI_PATH
 
 from .conftest import MODEL, model_stats
 from .contract import check, document
@@ -51,13 +51,25 @@ def test_health_is_200_ready_and_liveness_is_alive(http: httpx.Client) -> None:
     assert live.json() == {"api_version": document()["info"]["version"], "status": "alive"}
 
 
-def test_openapi_yaml_is_the_file_with_model_required_when_several_models_are_served(http: httpx.Client) -> None:
+def test_openapi_yaml_is_the_file_with_the_served_models_named_and_required(http: httpx.Client) -> None:
     r = http.get("/openapi.yaml")
     served, file = yaml.safe_load(r.content), yaml.safe_load(OPENAPI_PATH.read_bytes())
     assert r.status_code == 200 and served["openapi"].startswith("3.0")
-    for name in ("DecisionRequest", "ClassifyRequest", "EmbeddingsRequest", "RerankRequest"):
-        assert "model" in served["components"]["schemas"][name]["required"]
-        file["components"]["schemas"][name]["required"] = served["components"]["schemas"][name]["required"]
+    cards = http.get("/v1/models").json()["data"]
+    schemas = served["components"]["schemas"]
+    for name, surface in MODEL_REQUESTS.items():  # model: one of the served models that serve the surface
+        assert "model" in schemas[name]["required"]
+        assert schemas[name]["properties"]["model"]["enum"] == [c["id"] for c in cards if surface in c["surfaces"]]
+        file["components"]["schemas"][name] = schemas[name]
+    types = {t for c in cards if c.get("decisions") for t in c["decisions"]["question_types"]}
+    written = [v["$ref"] for v in schemas["Question"]["oneOf"] if "$ref" in v]  # the types the cards answer
+    assert written == [v["$ref"] for v in file["components"]["schemas"]["Question"]["oneOf"]
+                       if v["$ref"].rsplit("/", 1)[1].removesuffix("Question").lower() in types]
+    presets = {n for c in cards if c.get("decisions") for n in c["decisions"]["presets"]}
+    bare = {n for v in schemas["Question"]["oneOf"] if "$ref" not in v for n in v["properties"]["preset"]["enum"]}
+    assert bare == presets
+    for name in ("Question", "BoxQuestion", "DecisionImages", "DecisionStandardRequest", "DecisionStateEntry"):
+        file["components"]["schemas"][name] = schemas[name]  # what the decision cards answer and read
     assert served == file  # nothing else differs
     assert http.post("/v1/embeddings", json={"input": "x"}).status_code == 400
 
