@@ -6,6 +6,10 @@ ARG BASE=python:3.11.10-slim-bookworm
 
 FROM ${BASE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# The cards record their ONNX files' sha256, and an ONNX file names the torch build that exported it
+# (producer_version): export with the cards' build, torch 2.13.0+cpu, or `models build --strict` refuses (PyPI's
+# torch 2.13.0 is the CUDA build). Give pip an index that has it: --build-arg PIP_EXTRA_INDEX_URL=<index URL>.
+ARG PIP_EXTRA_INDEX_URL
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gateway gateway
