@@ -173,6 +173,9 @@ def load_card(path: Path) -> Card:
         raise CardError(f"{path}: {exc}") from exc
     if "embeddings" in card.surfaces and card.embedding is None:
         raise CardError(f"{path}: serves embeddings but has no `embedding` section")
+    if card.embedding is not None and (not card.embedding.layers
+                                       or card.embedding.layers != sorted(set(card.embedding.layers))):
+        raise CardError(f"{path}: embedding.layers must ascend without repeats (the last is the default)")
     if "classify" in card.surfaces and not card.heads:
         raise CardError(f"{path}: serves classify but declares no `heads`")
     if "decisions" in card.surfaces and card.decisions is None:

@@ -113,6 +113,13 @@ async def check_golden(runtime: Runtime, model: ServedModel) -> None:
     first = await _answer(runtime, model, golden.surface, golden.request)
     second = await _answer(runtime, model, golden.surface, golden.request)
     checked = _compare(first, golden.surface, golden.expected, golden.tolerance)
+    # an embedder's earlier layers each reproduce their own PyTorch answer (`expected.layers: {layer: rows}`)
+    for layer, rows in (golden.expected.get("layers") or {}).items() if golden.surface == "embeddings" else ():
+        answer = await _answer(runtime, model, golden.surface, {**golden.request, "layer": int(layer)})
+        try:
+            checked += _compare(answer, golden.surface, {**golden.expected, "embeddings": rows}, golden.tolerance)
+        except GoldenMismatch as exc:
+            raise GoldenMismatch(f"layer {layer}: {exc}") from exc
     # exact models must repeat bit for bit; approximate ones (rows padded together in one forward) within tolerance
     repeat = 0.0 if model.card.numerics == "exact" else golden.tolerance
     for a, b in zip(_rows(first, golden.surface, golden.expected), _rows(second, golden.surface, golden.expected),

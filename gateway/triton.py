@@ -1,8 +1,9 @@
 """The only module that talks to Triton (gRPC, `tritonclient.grpc.aio`). Surfaces never build protobufs.
 
 Every model speaks the same tensor contract (see sr_backend/triton_model.py): INPUT_IDS (+ TOKEN_TYPE_IDS for
-pairs) in; one output (EMBEDDING, LOGITS, …) + TIMING out. TIMING carries Triton-side execution timestamps so the
-gateway can report queue and forward time from what actually happened in Triton.
+pairs, + LAYER for an embedder's declared earlier layer) in; one output (EMBEDDING, LOGITS, …) + TIMING out.
+TIMING carries Triton-side execution timestamps so the gateway can report queue and forward time from what
+actually happened in Triton.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class Engine(Protocol):
     async def statistics(self, model: str) -> dict[str, Any]: ...
 
     async def infer(self, model: str, output: str, ids: list[int], type_ids: list[int] | None = None, *,
-                    timeout_us: int | None = None) -> Result: ...
+                    timeout_us: int | None = None, layer: int | None = None) -> Result: ...
 
     async def infer_tensors(self, model: str, inputs: dict[str, np.ndarray], output: str, *,
                             timeout_us: int | None = None) -> Result: ...
@@ -174,13 +175,17 @@ class Triton:
 
 
     async def infer(self, model: str, output: str, ids: list[int], type_ids: list[int] | None = None, *,
-                    timeout_us: int | None = None) -> Result:
-        """Run one token sequence; Triton batches concurrent calls into one execute()."""
+                    timeout_us: int | None = None, layer: int | None = None) -> Result:
+        """Run one token sequence (at `layer`, an embedder's declared layer; None: its default); Triton batches
+        concurrent calls into one execute()."""
         inputs = [InferInput("INPUT_IDS", [1, len(ids)], "INT64")]
         inputs[0].set_data_from_numpy(np.asarray(ids, dtype=np.int64).reshape(1, -1))
         if type_ids is not None:
             inputs.append(InferInput("TOKEN_TYPE_IDS", [1, len(type_ids)], "INT64"))
-            inputs[1].set_data_from_numpy(np.asarray(type_ids, dtype=np.int64).reshape(1, -1))
+            inputs[-1].set_data_from_numpy(np.asarray(type_ids, dtype=np.int64).reshape(1, -1))
+        if layer is not None:
+            inputs.append(InferInput("LAYER", [1, 1], "INT32"))
+            inputs[-1].set_data_from_numpy(np.asarray([[layer]], dtype=np.int32))
         submitted = time.time_ns()
         try:
             # timeout: Triton drops the request if it is still queued then; client_timeout: the gRPC deadline, which

@@ -2,8 +2,10 @@
 
 Triton hands `execute()` many requests of different lengths. Sorting them by length and packing chunks under a
 token budget pads each chunk only to its own longest row, so one long input does not inflate every short one.
-Graphs come in two shapes: pooled (`[B, D]` per row: embeddings, sequence logits) and per-token (`[B, L, C]`:
-token-classification logits, sliced back to each row's own length).
+Graphs come in three shapes: pooled (`[B, D]` per row: embeddings, sequence logits), pooled at several layers
+(`[B, layers, D]`: an embedder whose card declares early exits; each row takes its own layer, so one forward
+serves a batch that mixes layers) and per-token (`[B, L, C]`: token-classification logits, sliced back to each
+row's own length).
 This module has no Triton dependency: the in-process benchmark baseline uses exactly the same code path.
 """
 
@@ -36,6 +38,7 @@ class BatchStats:
 class Row:
     ids: np.ndarray  # int64 [L]
     type_ids: np.ndarray | None = None  # int64 [L]; segment ids of text pairs
+    layer: int = -1  # multi-layer graphs: index into the layers axis (-1: the last, the default)
 
 
 def plan_chunks(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int]]:
@@ -56,8 +59,8 @@ def plan_chunks(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int]
 
 
 class RaggedRunner:
-    """A graph `(input_ids, attention_mask[, token_type_ids]) -> [B, D] | [B, L, C]` over ragged rows, on any
-    engine (an ONNX Runtime session is taken as the onnxruntime fp32 engine)."""
+    """A graph `(input_ids, attention_mask[, token_type_ids]) -> [B, D] | [B, layers, D] | [B, L, C]` over ragged
+    rows, on any engine (an ONNX Runtime session is taken as the onnxruntime fp32 engine)."""
 
     def __init__(self, engine: Engine | ort.InferenceSession, max_batch_tokens: int = 8192) -> None:
         self.engine: Engine = OrtEngine(engine) if isinstance(engine, ort.InferenceSession) else engine
@@ -87,7 +90,10 @@ class RaggedRunner:
                 feed["token_type_ids"] = types
             result = self.engine.forward(feed)
             for j, i in enumerate(chunk):
-                out[i] = result[j, : lengths[i]] if self.per_token else result[j]
+                if self.per_token:
+                    out[i] = result[j, : lengths[i]]
+                else:  # [B, layers, D]: this row's layer; [B, D]: the graph's one layer
+                    out[i] = result[j, items[i].layer] if result.ndim == 3 else result[j]
             padded += ids.size
         forward_ns = time.perf_counter_ns() - started
         return out, BatchStats(len(items), sum(lengths), padded, forward_ns, len(chunks))

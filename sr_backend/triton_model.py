@@ -1,6 +1,7 @@
 """The Triton Python-backend model every ONNX model directory reuses (its `1/model.py` imports this).
 
-Inputs (per request, batch dim 1, ragged): INPUT_IDS int64 [1, L], optional TOKEN_TYPE_IDS int64 [1, L] (pairs).
+Inputs (per request, batch dim 1, ragged): INPUT_IDS int64 [1, L], optional TOKEN_TYPE_IDS int64 [1, L] (pairs),
+optional LAYER int32 [1, 1] (embedders: one of the card's `embedding.layers`; absent = the last, the default).
 Outputs: the config's first output (EMBEDDING / LOGITS: [1, D], or [1, L, C] for per-token graphs) and
 TIMING int64 [1, 4] = (execute start, unix ns; ONNX Runtime ns; rows in this execute; real tokens in it).
 TIMING is how the gateway reports Triton's own queue and forward time per request instead of guessing.
@@ -39,17 +40,25 @@ class TritonPythonModel:
             print(f"sr_backend {args.get('model_instance_name', '')}: {engine.describe()}", file=sys.stderr, flush=True)
         self.runner = RaggedRunner(engine, int(model_parameter(config, "max_batch_tokens", "8192")))
         self.output = next(o["name"] for o in config["output"] if o["name"] != "TIMING")
+        # the layers the graph's pooled output holds, in its order (the card declares them; the build exports them)
+        self.layers = declared_layers(Path(args["model_repository"]) / "card.yaml")
 
     def execute(self, requests: list[Any]) -> list[Any]:
         started = time.time_ns()
-        cancelled = [_cancelled(r) for r in requests]
+        # a request whose client went away while it waited is never run; one asking for an undeclared layer fails
+        # alone (the gateway checks layers first, so this guards other callers of the model)
+        refused: list[Any] = [_cancelled_error() if _cancelled(r) else None for r in requests]
         rows = []
-        for r, gone in zip(requests, cancelled, strict=True):
-            if gone:  # its client went away while it waited: never run it
+        for k, r in enumerate(requests):
+            if refused[k] is not None:
+                continue
+            layer = self._layer_index(pb_utils.get_input_tensor_by_name(r, "LAYER"))
+            if isinstance(layer, str):
+                refused[k] = _invalid_error(layer)
                 continue
             types = pb_utils.get_input_tensor_by_name(r, "TOKEN_TYPE_IDS")
             rows.append(Row(pb_utils.get_input_tensor_by_name(r, "INPUT_IDS").as_numpy().reshape(-1),
-                            None if types is None else types.as_numpy().reshape(-1)))
+                            None if types is None else types.as_numpy().reshape(-1), layer))
         outputs: list[np.ndarray] = []
         if rows:
             try:
@@ -60,9 +69,9 @@ class TritonPythonModel:
             timing = np.array([[started, stats.forward_ns, stats.rows, stats.tokens]], dtype=np.int64)
         answers = iter(outputs)
         responses = []
-        for gone in cancelled:
-            if gone:
-                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=_cancelled_error()))
+        for error in refused:
+            if error is not None:
+                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
                 continue
             out = next(answers)
             responses.append(pb_utils.InferenceResponse(output_tensors=[
@@ -71,11 +80,36 @@ class TritonPythonModel:
             ]))
         return responses
 
+    def _layer_index(self, tensor: Any) -> int | str:
+        """The index of a request's LAYER in the graph's layers axis (-1, the last, when absent), or why not."""
+        if tensor is None:
+            return -1
+        values = tensor.as_numpy().reshape(-1)
+        layer = int(values[0]) if values.size == 1 else None
+        if layer is None or layer not in self.layers:
+            return f"LAYER {values.tolist()} is not one of this model's layers {self.layers}"
+        return self.layers.index(layer)
+
+
+def declared_layers(card: Path) -> list[int]:
+    """A card's `embedding.layers` ([] for a model that declares none: then only the default is served)."""
+    import yaml
+
+    if not card.is_file():
+        return []
+    embedding = (yaml.safe_load(card.read_text()) or {}).get("embedding") or {}
+    return [int(k) for k in embedding.get("layers") or []]
+
 
 def _cancelled(request: Any) -> bool:
     """Triton marks a request whose gRPC call was cancelled (the gateway cancels when its client disconnects)."""
     check = getattr(request, "is_cancelled", None)
     return bool(check()) if check is not None else False
+
+
+def _invalid_error(message: str) -> Any:
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
+    return pb_utils.TritonError(message, code) if code is not None else pb_utils.TritonError(message)
 
 
 def _cancelled_error() -> Any:

@@ -1,6 +1,7 @@
 """Build every model directory whose card has a `build` section; skip what the cache proves up to date.
 
-Cache key: the source files' sha256, the recipe and the exporter versions. The result, its sha256 and the export
+Cache key: the source files' sha256, the recipe (with its revision and the card fields it reads, e.g. the
+embedding layers it exports) and the exporter versions. The result, its sha256 and the export
 check are written to `<model>/1/build.json` (generated, not committed); the card records the expected sha256.
 """
 
@@ -53,7 +54,15 @@ def build_model(model_dir: Path, *, force: bool = False, strict: bool = False) -
     else:
         src_root = package_dir(source["package"], source.get("dir", ""))
     digests = verify_files(src_root, spec.get("files", {}))
+    from .recipes import CARD_INPUTS, RECIPES, REVISIONS
+
+    # what the recipe reads of the card beyond `build` (e.g. the embedding layers it exports) is handed to it
+    spec = {**spec, **{name: (card.get(section) or {}).get(field)
+                       for name, (section, field) in CARD_INPUTS.get(spec["recipe"], {}).items()}}
     key = {"format": BUILD_FORMAT, "recipe": spec["recipe"], "files": digests, "exporter": _exporter_versions()}
+    if spec["recipe"] in REVISIONS:  # recipes never revised keep their old key (no needless rebuilds)
+        key["revision"] = {"recipe": REVISIONS[spec["recipe"]],
+                           **{name: spec[name] for name in CARD_INPUTS.get(spec["recipe"], {})}}
     stamp = version_dir / "build.json"
     onnx_path = version_dir / "model.onnx"
     others = [version_dir / name for name in (card.get("artifacts") or {}) if name != "model.onnx"]
@@ -61,8 +70,6 @@ def build_model(model_dir: Path, *, force: bool = False, strict: bool = False) -
         recorded = json.loads(stamp.read_text())
         if recorded.get("key") == key and recorded.get("onnx_sha256") == sha256_file(onnx_path):
             return BuildResult(card["id"], "cached", recorded["onnx_sha256"])
-
-    from .recipes import RECIPES
 
     if spec["recipe"] not in RECIPES:
         raise SourceError(f"{card_path}: unknown build recipe {spec['recipe']!r} (known: {sorted(RECIPES)})")
@@ -76,7 +83,8 @@ def build_model(model_dir: Path, *, force: bool = False, strict: bool = False) -
             raise SourceError(note)
     stamp.write_text(json.dumps({
         "key": key, "onnx_sha256": digest,
-        "export_check": {"max_abs_diff": report.max_abs_diff, "rows": report.checked_rows, "opset": report.opset},
+        "export_check": {"max_abs_diff": report.max_abs_diff, "rows": report.checked_rows, "opset": report.opset,
+                         **({"per_layer": report.per_layer} if report.per_layer else {})},
     }, indent=2))
     return BuildResult(card["id"], "built", digest, note)
 

@@ -4,7 +4,7 @@ returns. Recipes (sr_build.recipes) import this module; it imports none of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ class ExportReport:
     max_abs_diff: float
     checked_rows: int
     opset: int
+    per_layer: dict[str, float] = field(default_factory=dict)  # max abs diff of each exported layer, where several
 
 
 def random_batch(rng: np.random.Generator, vocab: int, rows: int, length: int) -> tuple[np.ndarray, np.ndarray]:

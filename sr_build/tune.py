@@ -194,11 +194,20 @@ def _set_timing(timing: tuple[float, int]) -> None:
     MIN_SECONDS, MIN_REPEATS = timing
 
 
-def _reference(onnx: Path, rows: list[np.ndarray]) -> list[np.ndarray]:
+def every_layer(card: Card, rows: list[np.ndarray]) -> list[Any]:
+    """The verification rows once per layer an embedder's graph pools (its declared early exits), so a precision
+    must pass its check at every layer a request can ask for, not only the default."""
+    from sr_backend.encoder import Row
+
+    count = len(card.embedding.layers) if card.embedding is not None else 1
+    return list(rows) if count < 2 else [Row(r, layer=k) for k in range(count) for r in rows]
+
+
+def _reference(onnx: Path, rows: list[Any]) -> list[np.ndarray]:
     return list(_runner("onnxruntime", "fp32", onnx, 0).run(rows)[0])
 
 
-def _measure_candidate(engine: str, precision: str, onnx: Path, rows: list[np.ndarray],
+def _measure_candidate(engine: str, precision: str, onnx: Path, rows: list[Any],
                        latency_rows: list[np.ndarray], batch_rows: list[np.ndarray], timing: tuple[float, int]
                        ) -> tuple[list[np.ndarray], float, float]:
     """The candidate's answers on the verification rows, then seconds per forward at both shapes."""
@@ -303,7 +312,8 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
             return choice
 
     rows = verification_rows(card)
-    reference = _isolated(_reference, onnx, rows)
+    layered = every_layer(card, rows)  # a faster precision is checked at every layer a request can ask for
+    reference = _isolated(_reference, onnx, layered)
     precisions = [precision] if precision else ["fp32", *card.precisions]
     wanted = [engine] if engine else list(card.engines)
     limit = card.limits.max_input_tokens
@@ -322,7 +332,7 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
                     from sr_backend.engines.ort_engine import ensure_int8
 
                     ensure_int8(onnx, engines.int8_path(onnx))
-                outputs, latency, seconds = _isolated(_measure_candidate, name, prec, onnx, rows, latency_rows,
+                outputs, latency, seconds = _isolated(_measure_candidate, name, prec, onnx, layered, latency_rows,
                                                       batch_rows, _timing())
             except Exception as exc:  # an engine this host or install cannot run is a reason, not a failure
                 cand.status, cand.reason = "unavailable", f"{type(exc).__name__}: {exc}"

@@ -6,6 +6,10 @@ fails in place with invalid_input naming the modality.
 
 Each input is its own Triton request, so Triton's dynamic batcher can put inputs of many HTTP requests into one
 execute(); per-input failures (too long, deadline) are answered in place and never fail their siblings.
+
+`layer` picks one of the card's `embedding.layers` (default: the last). The model pools every declared layer in one
+forward, so a request for an earlier layer costs the same forward and may share a batch with any other; `dimensions`
+is one the card declares (Matryoshka truncation only where the card declares smaller sizes).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def _check(req: EmbeddingsRequest, model: ServedModel) -> tuple[int, int, int]:
     dimension = req.dimensions if req.dimensions is not None else max(spec.dimensions)
     if dimension not in spec.dimensions:
         raise ApiError("invalid_request", f"dimensions must be one of {spec.dimensions} for model {model.id}")
-    layer = req.layer if req.layer is not None else max(spec.layers)
+    layer = req.layer if req.layer is not None else spec.layers[-1]
     if layer not in spec.layers:
         raise ApiError("invalid_request", f"layer must be one of {spec.layers} for model {model.id}")
     if req.input_type is not None and req.input_type not in spec.input_types:
@@ -88,6 +92,8 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
         return await embed_images(runtime, model, values, dimension=dimension, layer=layer,
                                   encoding_format=req.encoding_format, return_meta=req.options.return_meta,
                                   deadline_ms=req.options.deadline_ms, timing=timing, vector=_vector)
+    spec = model.card.embedding
+    assert spec is not None
     texts = [text_of(v) or "" for v in values]
     encoder = model.text_encoder()
     jobs, encoded = await off_loop_if_large(
@@ -97,12 +103,12 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
         refused = refusal(model.card, value)
         if refused is not None:  # an image or audio part on a text model fails only its own item
             jobs[i], encoded[i] = Job([], error=refused), None
+        elif layer != spec.layers[-1]:  # the default layer is asked for by sending none (shared with rerank)
+            jobs[i].layer = layer
     if timing is not None:
         timing.add("tokenize", started)
     queue_ms, forward_ms = await run_jobs(runtime, model, jobs, deadline_ms=req.options.deadline_ms, timing=timing)
     mark = time.perf_counter()
-    spec = model.card.embedding
-    assert spec is not None
     data: list[dict[str, Any]] = []
     prompt_tokens = 0
     for index, (job, item) in enumerate(zip(jobs, encoded, strict=True)):

@@ -29,6 +29,7 @@ PER_REQUEST_IN_FLIGHT = 64
 class Job:
     ids: list[int]
     type_ids: list[int] | None = None
+    layer: int | None = None  # embedders: a declared earlier layer (None: the model's default, its last)
     result: Result | None = None
     error: ItemError | None = None
     out_of_memory: bool = False  # its forward ran out of device memory (the request fails: 413 alone, 429 shared)
@@ -75,7 +76,7 @@ async def _run(runtime: Runtime, model: ServedModel, job: Job, deadline: int | N
         timeout_us = max(1, left // 1000)
     try:
         job.result = await runtime.triton.infer(model.card.triton_name, model.output, job.ids, job.type_ids,
-                                                timeout_us=timeout_us)
+                                                timeout_us=timeout_us, layer=job.layer)
     except TritonFailure as exc:
         job.out_of_memory = exc.out_of_memory
         if exc.deadline:
@@ -139,7 +140,7 @@ async def run_jobs(runtime: Runtime, model: ServedModel, jobs: list[Job], *, dea
         if group is None:
             runnable.append(job)
             continue
-        key = (model.card.triton_name, tuple(job.ids), tuple(job.type_ids or ()), deadline_ms)
+        key = (model.card.triton_name, tuple(job.ids), tuple(job.type_ids or ()), job.layer, deadline_ms)
         future = group.get(key)
         if future is None:
             group[key] = owned[id(job)] = asyncio.get_running_loop().create_future()

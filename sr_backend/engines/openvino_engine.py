@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import EngineError
+from .shapes import per_token_output
 
 _HINT = {"fp32": "f32", "bf16": "bf16"}
 
@@ -40,7 +41,8 @@ class OpenVinoEngine:
             config["INFERENCE_NUM_THREADS"] = threads
         compiled = core.compile_model(model, "CPU", config)
         inputs = frozenset(i.get_any_name() for i in model.inputs)
-        per_token = len(model.outputs[0].get_partial_shape()) == 3
+        per_token = per_token_output([d.get_length() if d.is_static else None
+                                      for d in model.outputs[0].get_partial_shape()])
         return cls(compiled, precision, inputs, per_token)
 
     def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray:

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from .shapes import per_token_output
+
 
 def make_session(path: str, threads: int = 0) -> ort.InferenceSession:
     options = ort.SessionOptions()
@@ -30,7 +32,7 @@ class OrtEngine:
         self.precision = precision
         out = session.get_outputs()[0]
         self.output = out.name
-        self.per_token = len(out.shape) == 3
+        self.per_token = per_token_output(out.shape)
         self.inputs = frozenset(i.name for i in session.get_inputs())
 
     @classmethod

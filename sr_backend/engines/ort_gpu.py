@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import EngineError
+from .shapes import per_token_output
 
 # the config's `execution_provider` values that mean a GPU, and the ONNX Runtime provider each names
 GPU_PROVIDERS = {"tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider"}
@@ -109,7 +110,7 @@ class OrtGpuEngine:
         self.providers: list[str] = list(session.get_providers())
         out = session.get_outputs()[0]
         self.output = out.name
-        self.per_token = len(out.shape) == 3
+        self.per_token = per_token_output(out.shape)
         self.inputs = frozenset(i.name for i in session.get_inputs())
 
     @classmethod

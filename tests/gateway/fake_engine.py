@@ -30,6 +30,7 @@ class FakeEngine:
     finished: int = 0
     cancelled: int = 0
     calls: list[list[int]] = field(default_factory=list)
+    layers: list[int | None] = field(default_factory=list)  # the LAYER each call asked for (None: the default)
 
     async def is_live(self) -> bool:
         return True
@@ -53,10 +54,11 @@ class FakeEngine:
         return {"name": model, "inference_count": self.finished}
 
     async def infer(self, model: str, output: str, ids: list[int], type_ids: list[int] | None = None, *,
-                    timeout_us: int | None = None) -> Result:
+                    timeout_us: int | None = None, layer: int | None = None) -> Result:
         submitted = time.time_ns()
         self.started += 1
         self.calls.append(list(ids))
+        self.layers.append(layer)
         try:
             if self.hold(ids):
                 await self.release.wait()

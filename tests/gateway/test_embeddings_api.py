@@ -134,7 +134,8 @@ def test_max_inputs_per_request_is_enforced_at_its_edge(http: httpx.Client) -> N
 
 @pytest.mark.parametrize("body, fragment", [
     ({"input": "x", "dimensions": 128}, "dimensions must be one of [384]"),
-    ({"input": "x", "layer": 3}, "layer must be one of [6]"),
+    ({"input": "x", "layer": 4}, "layer must be one of [3, 6]"),
+    ({"input": "x", "layer": 0}, "layer must be one of [3, 6]"),
     ({"input": "x", "input_type": "query"}, "takes no input_type"),
     ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
     ({"input": "x", "options": {"overflow": "window"}}, "overflow"),
@@ -153,6 +154,7 @@ def test_invalid_requests_get_400_naming_the_problem(http: httpx.Client, body: d
 
 def test_declared_dimensions_and_layer_are_accepted(http: httpx.Client) -> None:
     assert post(http, {"input": "x", "dimensions": 384, "layer": 6}).status_code == 200
+    assert post(http, {"input": "x", "dimensions": 384, "layer": 3}).status_code == 200
 
 
 def test_an_unknown_model_is_404_listing_the_served_models(http: httpx.Client) -> None:

@@ -25,7 +25,9 @@ def test_models_lists_the_card_limits_and_api_version(http: httpx.Client) -> Non
     assert all(c["status"] == "ready" and c["golden"]["status"] == "matched" for c in cards.values())
     card = cards[MODEL]
     assert card["id"] == MODEL and card["status"] == "ready" and card["ready"] is True
-    assert card["golden"] == {"status": "matched", "checked": 2, "matched": 2, "reference": "cpu"}
+    # two golden inputs at each declared layer (the default 6 and the early exit 3)
+    assert card["golden"] == {"status": "matched", "checked": 4, "matched": 4, "reference": "cpu"}
+    assert card["embedding"]["layers"] == [3, 6]
     assert card["surfaces"] == ["embeddings", "rerank"]
     assert card["rerank"]["kind"] == "bi-encoder"
     assert card["limits"] == {"max_input_tokens": 256, "max_inputs": 2048, "max_scan_tokens": None}
