@@ -51,8 +51,9 @@ POSITIVE_RULES: dict[str, str] = {
     r"box question needs an image|box_needs_image|a box question locates in one|reference the one to search":
         "a box question needs exactly one image in its question or the state",
     r"names? '.*' twice": "keys of a list form (choices, labels) are distinct (a member unique across items)",
-    r"options\.window needs overflow window|overflow window reads single texts only|overlap must be below":
-        "classify window geometry: window needs overflow window; overlap below the window's content tokens",
+    r"options\.window needs overflow window|overlap must be below":
+        "classify windows: with overflow left out, a window needs a head whose default is window, and the overlap "
+        "must be below the window's content tokens (the tokenizer's special tokens): the card's",
     r"^query: .*exceeds its max_length":
         "a query over the token budget fails the request (nothing to rank): token counts are the text's, not shape",
     # names
