@@ -4,7 +4,7 @@
 # config: non-root USER, ENTRYPOINT; the server answering as that user: the control plane's /healthz, the gateway's
 # /health ready, i.e. its Triton serving MiniLM with the golden check passed).
 #
-#   docker/build_local.sh [controlplane] [gateway]     (default: controlplane)
+#   bash docker/build_local.sh [controlplane] [gateway]     (default: controlplane)
 #
 # BASE: the Dockerfiles' base (python:3.11.10-slim-bookworm) where a container registry is reachable. Where none is
 # (this project's machines reach PyPI, npm and Debian only), leave BASE unset: a stand-in base is made from Debian

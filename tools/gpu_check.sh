@@ -6,8 +6,8 @@
 #   the device's dense fp16/bf16 peak. Step 3 also requires Triton's output to show the model's instance running
 #   on ONNX Runtime's TensorRT provider (sr_backend prints the session's providers; a missing one fails the load).
 #
-#   tools/gpu_check.sh          on the GPU machine
-#   tools/gpu_check.sh --cpu    the same steps without a GPU (configs only, served on CPU): tests the script
+#   bash tools/gpu_check.sh          on the GPU machine
+#   bash tools/gpu_check.sh --cpu    the same steps without a GPU (configs only, served on CPU): tests the script
 # Env: MODEL (all-minilm-l6-v2), BATCHES (benchmark batches; 20, --cpu 2), PEAK_TFLOPS (else from the GPU name),
 #      PYTHON (.venv/bin/python), WORK (a temp dir).
 set -euo pipefail

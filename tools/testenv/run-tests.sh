@@ -9,7 +9,7 @@ RUN=""
 cleanup() { [ -n "$RUN" ] && "$HERE/down.sh" "$RUN"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-RUN=$("$HERE/up.sh") || exit 1
+RUN=$(bash "$HERE/up.sh") || exit 1
 # shellcheck disable=SC1091
 source "$RUN/env.sh"
 export SR_CP_REQUIRE_TESTENV=1
