@@ -1,5 +1,6 @@
-"""Classify (Rampart PII token head) and rerank (MiniLM bi-encoder, query + 8 documents): the gateway vs in-process
-ONNX Runtime on the same ONNX files, thread count and ragged chunking, at concurrency 1/8/32.
+"""Classify (Rampart PII token head) and rerank (MiniLM bi-encoder, query + 8 documents): the gateway vs the served
+engine in-process (sr_backend.engines.load_configured: the engine and precision of the config Triton loads) on the
+same ONNX files, cores and ragged chunking, at concurrency 1/8/32.
 
 The in-process side does the whole job without HTTP, JSON or gRPC: tokenization, one batched forward across
 concurrent callers (Triton's policy), and the same readout code (BIO span decoding; cosine).
@@ -11,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from typing import Any
 
 import numpy as np
 import yaml
 
 from gateway.heads import decode_spans, softmax
-from sr_backend.encoder import RaggedRunner, make_session
+from sr_backend.encoder import RaggedRunner
 from tools.bench_embeddings import load_tokenizer
 from tools.benchlib import (
     ROOT,
@@ -28,6 +28,7 @@ from tools.benchlib import (
     gateway_cells,
     inprocess_load,
     render_comparison,
+    served_baseline,
 )
 from tools.docs import replace_section
 
@@ -54,7 +55,6 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
-    threads = os.cpu_count() or 1
     repo = ROOT / "model_repository"
     pii_tok = load_tokenizer(str(repo / PII / "1" / "tokenizer.json"))
     emb_tok = load_tokenizer(str(repo / EMBEDDER / "1" / "tokenizer.json"))
@@ -81,8 +81,10 @@ def main() -> None:
                                                   "documents": DOCS}, "/v1/rerank"),
     }
     rows: list[dict[str, Any]] = []
+    baselines = {m: served_baseline(m) for m in (PII, EMBEDDER)}  # the served engine and precision, in-process
     for name, (model, work, _, _) in workloads.items():
-        runner = RaggedRunner(make_session(str(repo / model / "1" / "model.onnx"), threads), max_batch_tokens=8192)
+        print(f"in-process baseline: {baselines[model].describe()}", flush=True)
+        runner = RaggedRunner(baselines[model].engine, max_batch_tokens=8192)
         for c in levels:
             r = asyncio.run(inprocess_load(InProcessBatcher(runner.run), work, c, args.requests))
             rows.append({"set": name, "c": c, "side": "in-process", **r.summary()})
@@ -92,7 +94,7 @@ def main() -> None:
         triton = f"127.0.0.1:{grpc_port}"
         for name, (model, _, body, path) in workloads.items():
             rows += gateway_cells(url, pid, triton, model, path, body, name, levels, args.requests)
-    table = render_comparison(rows, threads=threads, requests=args.requests,
+    table = render_comparison(rows, baselines=list(baselines.values()), requests=args.requests,
                               note="A rerank request is 9 model inputs (query + 8 documents).")
     print(table)
     if args.write:

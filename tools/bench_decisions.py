@@ -1,4 +1,4 @@
-"""Decisions and the router's call: the gateway vs in-process ONNX Runtime doing the same work, concurrency 1/8/32.
+"""Decisions and the router's call: the gateway vs the served engine in-process doing the same work, C 1/8/32.
 
 Workloads:
 - three routing questions (domain choice, reasoning noul, difficulty score) over one request text;
@@ -8,7 +8,8 @@ Workloads:
 - the result cache: the three routing questions over a pool of 32 texts, with --result-cache all vs off.
 
 The in-process side does the decisions work without HTTP, JSON or gRPC: tokenization, one batched ONNX Runtime
-forward across concurrent callers, option texts embedded once and cached, and the family's own scoring code.
+forward across concurrent callers on the engine and precision Triton serves the embedder with
+(sr_backend.engines.load_configured), option texts embedded once and cached, and the family's own scoring code.
 
     .venv/bin/python -m tools.bench_decisions [--requests 200] [--write]
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from gateway.decisions.families.zeroshot import ZeroShot
 from gateway.decisions.questions import Question, validate
 from gateway.decisions.state import parse_state
 from gateway.runtime import ServedModel
-from sr_backend.encoder import RaggedRunner, make_session
+from sr_backend.encoder import RaggedRunner
 from tools.benchlib import (
     ROOT,
     InProcessBatcher,
@@ -41,6 +41,7 @@ from tools.benchlib import (
     inprocess_load,
     machine,
     render_comparison,
+    served_baseline,
     server_timing,
 )
 from tools.docs import replace_section
@@ -154,9 +155,9 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
-    threads = os.cpu_count() or 1
-    runner = RaggedRunner(make_session(str(ROOT / "model_repository" / EMBEDDER / "1" / "model.onnx"), threads),
-                          max_batch_tokens=8192)
+    baseline = served_baseline(EMBEDDER)
+    print(f"in-process baseline: {baseline.describe()}", flush=True)
+    runner = RaggedRunner(baseline.engine, max_batch_tokens=8192)
     rows: list[dict[str, Any]] = []
     routing = "decisions: 3 routing questions"
     batch = "decisions: 16-state relevance batch"
@@ -198,7 +199,7 @@ def main() -> None:
                 s = asyncio.run(http_load(url, "/v1/decisions", pool, c, args.requests)).summary()
                 cache.append({"policy": policy, "c": c, **s})
                 print(cache[-1], flush=True)
-    table = render_comparison(rows, threads=threads, requests=args.requests,
+    table = render_comparison(rows, baselines=[baseline], requests=args.requests,
                               note="A routing request is 1 state + 3 questions (8 option texts, cached after the "
                                    "first); a batch request is 16 two-part states (48 texts).")
     table += "\n\n" + render_router(router, cache, args.requests)

@@ -1,9 +1,11 @@
-"""Embeddings throughput and latency: the gateway (HTTP → gRPC → Triton) vs in-process ONNX Runtime.
+"""Embeddings throughput and latency: the gateway (HTTP → gRPC → Triton) vs the served engine in-process.
 
-Both sides run the same ONNX file with the same thread count and the same ragged chunking code
-(sr_backend.encoder.RaggedRunner). The in-process baseline batches concurrent callers the way Triton's dynamic
-batcher does (everything queued, up to max_batch_size rows, in one run), with no HTTP, JSON or gRPC: it is the
-ceiling. Load is closed-loop: C callers, one text per request. Results go to docs/benchmarks.md between markers.
+Both sides run the same ONNX file on the same engine and precision (the in-process side loads it with
+sr_backend.engines.load_configured from the config Triton serves: configs/tuned.pbtxt where `models tune` generated
+one), on the same cores, with the same ragged chunking code (sr_backend.encoder.RaggedRunner). The in-process
+baseline batches concurrent callers the way Triton's dynamic batcher does (everything queued, up to max_batch_size
+rows, in one run), with no HTTP, JSON or gRPC: it is the ceiling. Load is closed-loop: C callers, one text per
+request. Results go to docs/benchmarks.md between markers.
 
     .venv/bin/python -m tools.bench_embeddings [--requests 600] [--write]
 """
@@ -12,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from sr_backend.encoder import RaggedRunner, make_session
+from sr_backend.encoder import RaggedRunner
 from tools.benchlib import (
     ROOT,
     InProcessBatcher,
@@ -27,6 +28,7 @@ from tools.benchlib import (
     gateway_cells,
     inprocess_load,
     render_comparison,
+    served_baseline,
     triton_load,
 )
 from tools.docs import replace_section
@@ -66,11 +68,12 @@ def main() -> None:
     parser.add_argument("--gateway-args", default="", help="extra `sr-gateway serve` flags, e.g. '--threads 2'")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
-    threads = os.cpu_count() or 1
     tokenizer = load_tokenizer(str(VERSION_DIR / "tokenizer.json"))
     sets = {"short (16 tok)": make_texts(tokenizer, 16, 4096, 1),
             "medium (128 tok)": make_texts(tokenizer, 128, 4096, 2)}
-    runner = RaggedRunner(make_session(str(VERSION_DIR / "model.onnx"), threads), max_batch_tokens=8192)
+    baseline = served_baseline(MODEL)
+    print(f"in-process baseline: {baseline.describe()}", flush=True)
+    runner = RaggedRunner(baseline.engine, max_batch_tokens=8192)
     rows: list[dict[str, Any]] = []
     for name, texts in sets.items():
         runner.run([np.asarray(tokenizer.encode(t).ids, dtype=np.int64) for t in texts[:64]])  # warm up
@@ -98,7 +101,7 @@ def main() -> None:
                 r = asyncio.run(triton_load(triton, MODEL, "EMBEDDING", ids, c, args.requests))
                 rows.append({"set": name, "c": c, "side": "triton", **r.summary()})
                 print(rows[-1], flush=True)
-    table = render_comparison(rows, threads=threads, requests=args.requests, note="One text per request.")
+    table = render_comparison(rows, baselines=[baseline], requests=args.requests, note="One text per request.")
     print(table)
     if args.write:
         replace_section(ROOT / "docs" / "benchmarks.md", "bench_embeddings", table)

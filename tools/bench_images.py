@@ -2,8 +2,9 @@
 concurrency 1/8/32, and the gateway's peak RSS for one 16 MiB upload.
 
 The in-process side does the whole job without HTTP, JSON, base64 or gRPC: the gateway's own decoding pool and
-preprocessing (gateway/images), one batched ONNX Runtime forward across concurrent callers (Triton's policy), and
-the softmax readout. Photos are scikit-image's samples (PNG, 0.1-0.5 MP), sent as base64 data URLs.
+preprocessing (gateway/images), one batched forward across concurrent callers (Triton's policy) on the engine and
+precision Triton serves the model with (sr_backend.engines.load_configured), and the softmax readout. Photos are
+scikit-image's samples (PNG, 0.1-0.5 MP), sent as base64 data URLs.
 
     .venv/bin/python -m tools.bench_images [--requests 100] [--write]
 """
@@ -15,7 +16,6 @@ import asyncio
 import base64
 import io
 import json
-import os
 import time
 import urllib.request
 from pathlib import Path
@@ -27,8 +27,16 @@ from PIL import Image
 from gateway.heads import softmax
 from gateway.images.decode import decode_async
 from gateway.images.preprocess import efficientnet_lite
-from sr_backend.encoder import make_session
-from tools.benchlib import ROOT, InProcessBatcher, free_port, gateway, gateway_cells, inprocess_load, render_comparison
+from tools.benchlib import (
+    ROOT,
+    InProcessBatcher,
+    free_port,
+    gateway,
+    gateway_cells,
+    inprocess_load,
+    render_comparison,
+    served_baseline,
+)
 from tools.docs import replace_section
 
 MODEL = "efficientnet-lite0"
@@ -88,14 +96,13 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
-    threads = os.cpu_count() or 1
     images = photos()
     urls = [f"data:image/png;base64,{base64.b64encode(d).decode('ascii')}" for d in images]
-    session = make_session(str(ROOT / "model_repository" / MODEL / "1" / "model.onnx"), threads)
+    baseline = served_baseline(MODEL)  # the served engine and precision (its first output: logits)
+    print(f"in-process baseline: {baseline.describe()}", flush=True)
 
     def run(rows: list[np.ndarray]) -> tuple[list[np.ndarray], None]:
-        (logits,) = session.run(["logits"], {"pixels": np.stack(rows)})
-        return list(logits), None
+        return list(baseline.engine.forward({"pixels": np.stack(rows)})), None
 
     async def work(batcher: InProcessBatcher, i: int) -> None:
         image = await decode_async(images[i % len(images)], 1_638_400)
@@ -116,7 +123,7 @@ def main() -> None:
                                                                     "image_url": {"url": urls[i % len(urls)]}}]},
                               name, levels, args.requests)
         rss = upload_rss(url, pid)
-    table = render_comparison(rows, threads=threads, requests=args.requests,
+    table = render_comparison(rows, baselines=[baseline], requests=args.requests,
                               note="Each request is one picture; the in-process side decodes on the gateway's pool.")
     text = f"{table}\n\n{rss}"
     print(text)

@@ -37,6 +37,42 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, {system}, Python {platform.python_version()}"
 
 
+def isa() -> str:
+    """This CPU's ISA flags that decide the kernels (sr_backend.engines.host), for every table's header."""
+    from sr_backend.engines.host import detect
+
+    return " ".join(detect().flags) or "none of " + ", ".join(ISA_NAMES)
+
+
+ISA_NAMES = ("avx2", "avx512", "vnni", "amx")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """An in-process baseline for one model: the engine and precision of the config Triton serves it with
+    (sr_backend.engines.load_configured), one instance with `threads` threads (default: every core, the same
+    cores the served instances share), so the comparison is like with like."""
+
+    model: str
+    engine: Any  # sr_backend.engines.Engine
+    served: dict[str, str]  # engine, precision, instances, threads of the served config
+    threads: int
+
+    def describe(self) -> str:
+        s = self.served
+        return (f"{self.model} {s['engine']}/{s['precision']} (served: {s['instances']} instance(s) × {s['threads']} "
+                f"thread(s); in-process: 1 × {self.threads})")
+
+
+def served_baseline(model: str, threads: int = 0) -> Baseline:
+    from sr_backend.engines import configured_choice, load_configured
+    from sr_backend.engines.configs import served_config
+
+    model_dir = ROOT / "model_repository" / model
+    threads = threads or os.cpu_count() or 1
+    return Baseline(model, load_configured(model_dir, threads), configured_choice(served_config(model_dir)), threads)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -221,16 +257,18 @@ def cpu_by_role(root: int) -> dict[str, float]:
     return out
 
 
-def render_comparison(rows: list[dict[str, Any]], *, threads: int, requests: int, note: str) -> str:
+def render_comparison(rows: list[dict[str, Any]], *, baselines: list[Baseline], requests: int, note: str) -> str:
     """A Markdown table of gateway vs in-process cells (rows carry set, c, side and Run.summary() fields), headed
     by the machine and method every comparison shares. Rows with side "triton" (Triton called directly over
     gRPC, no gateway) add a column that separates Triton's own cost from the gateway's."""
     direct = {(r["set"], r["c"]): r for r in rows if r["side"] == "triton"}
-    header = (f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. In-process: one ONNX Runtime session with "
-              f"{threads} intra-op threads; Triton: the models' configs (2 instances × 1 thread). {requests} requests "
-              f"per cell, closed loop; the load generator runs on the same cores. Gateway own time = Server-Timing "
-              f"total − queue − forward. CPU ms per request: gateway process / Triton core / model instances / load "
-              f"generator, from /proc over the cell. {note}")
+    engines = "; ".join(b.describe() for b in baselines)
+    header = (f"Machine: {machine()}. ISA flags: {isa()}. Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
+              f"In-process: the served engine and precision of each model (sr_backend.engines.load_configured on the "
+              f"config Triton loads), one instance with every core: {engines}; Triton: those configs. {requests} "
+              f"requests per cell, closed loop; the load generator runs on the same cores. Gateway own time = "
+              f"Server-Timing total − queue − forward. CPU ms per request: gateway process / Triton core / model "
+              f"instances / load generator, from /proc over the cell. {note}")
     extra = " Triton alone req/s (ratio) |" if direct else ""
     lines = [header, "",
              "| workload | C | in-process req/s | gateway req/s | ratio |" + extra + " in-process p50 / p99 ms "
