@@ -35,7 +35,8 @@ class TritonPythonModel:
         # else the engine and precision `sr-gateway models tune` chose for this host (fp32 ONNX Runtime by default)
         engine = load_engine(model_parameter(config, "engine", "onnxruntime"),
                              model_parameter(config, "precision", "fp32"),
-                             Path(version_dir) / model_parameter(config, "onnx_file", "model.onnx"), threads, gpu)
+                             Path(version_dir) / model_parameter(config, "onnx_file", "model.onnx"), threads, gpu,
+                             model_parameter(config, "int8_recipe", "dynamic"))
         if isinstance(engine, OrtGpuEngine):  # what actually runs it, in Triton's output whatever its log level
             print(f"sr_backend {args.get('model_instance_name', '')}: {engine.describe()}", file=sys.stderr, flush=True)
         self.runner = RaggedRunner(engine, int(model_parameter(config, "max_batch_tokens", "8192")))

@@ -28,7 +28,7 @@ from gateway.cards import Card, PrecisionSpec, discover
 
 from .sources import sha256_file
 
-TUNE_FORMAT = 4
+TUNE_FORMAT = 5
 # the card's typical shapes: one request alone (latency) and a dynamic batch of them (throughput)
 LATENCY_SHAPE = (1, 128)
 THROUGHPUT_SHAPE = (16, 128)
@@ -51,6 +51,7 @@ class TuneError(RuntimeError):
 class Candidate:
     engine: str
     precision: str
+    recipe: str = ""  # int8: how the copy was quantised (dynamic | static)
     status: str = "pending"  # measured | rejected | unavailable
     reason: str = ""
     check: dict[str, float] = field(default_factory=dict)
@@ -69,6 +70,11 @@ class Choice:
     candidates: list[dict[str, Any]]
     layouts: list[dict[str, Any]]
     source: str  # "measured" | "override" | "cached"
+    int8_recipe: str = "dynamic"  # int8 only: the quantisation recipe that won (ort_engine.RECIPES)
+
+
+def label(engine: str, precision: str, recipe: str = "") -> str:
+    return f"{engine}/{precision}" + (f"-{recipe}" if precision == "int8" and recipe else "")
 
 
 def _engines() -> Any:
@@ -157,10 +163,46 @@ def time_forward(runner: Any, rows: list[np.ndarray], min_seconds: float | None 
     return float(np.median(times))
 
 
-def _runner(engine: str, precision: str, onnx: Path, threads: int) -> Any:
+def _runner(engine: str, precision: str, onnx: Path, threads: int, recipe: str = "dynamic") -> Any:
     from sr_backend.encoder import RaggedRunner
 
-    return RaggedRunner(_engines().load_engine(engine, precision, onnx, threads), max_batch_tokens=8192)
+    return RaggedRunner(_engines().load_engine(engine, precision, onnx, threads, recipe=recipe or "dynamic"),
+                        max_batch_tokens=8192)
+
+
+CALIBRATION_ROWS = 32
+_CALIBRATION_TEXTS = Path(__file__).resolve().parents[1] / "tools" / "decisions_eval" / "items.jsonl"
+
+
+def calibration_feeds(card: Card, onnx: Path) -> list[dict[str, np.ndarray]]:
+    """Static int8's calibration: real request texts, one row per feed at its own length (not the verification
+    texts, so the check is not run on what was calibrated): the states of the decisions evaluation set where the
+    repository has it, else the card's golden texts and the tuner's own."""
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    texts: list[str] = []
+    if _CALIBRATION_TEXTS.is_file():
+        for line in _CALIBRATION_TEXTS.read_text().splitlines():
+            state = json.loads(line).get("state") if line.strip() else None
+            if isinstance(state, str) and state not in texts:
+                texts.append(state)
+    if not texts:
+        texts = [str(t) for t in ((card.golden.request.get("input") if card.golden else None) or [])
+                 if isinstance(t, str)] + _TEXTS
+    tokenizer = Tokenizer.from_file(str(card.tokenizer_path))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    names = {i.name for i in ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"]).get_inputs()}
+    limit = min(card.limits.max_input_tokens, 256)
+    feeds = []
+    for text in texts[:: max(1, len(texts) // CALIBRATION_ROWS)][:CALIBRATION_ROWS]:
+        ids = np.array([tokenizer.encode(text).ids[:limit]], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+        if "token_type_ids" in names:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        feeds.append(feed)
+    return feeds
 
 
 def _layouts(cores: int) -> list[tuple[int, int]]:
@@ -208,21 +250,21 @@ def _reference(onnx: Path, rows: list[Any]) -> list[np.ndarray]:
 
 
 def _measure_candidate(engine: str, precision: str, onnx: Path, rows: list[Any],
-                       latency_rows: list[np.ndarray], batch_rows: list[np.ndarray], timing: tuple[float, int]
-                       ) -> tuple[list[np.ndarray], float, float]:
+                       latency_rows: list[np.ndarray], batch_rows: list[np.ndarray], timing: tuple[float, int],
+                       recipe: str = "dynamic") -> tuple[list[np.ndarray], float, float]:
     """The candidate's answers on the verification rows, then seconds per forward at both shapes."""
     _set_timing(timing)
-    runner = _runner(engine, precision, onnx, 0)
+    runner = _runner(engine, precision, onnx, 0, recipe)
     outputs = runner.run(rows)[0]
     return outputs, time_forward(runner, latency_rows), time_forward(runner, batch_rows)
 
 
 def _measure_layout(engine: str, precision: str, onnx: Path, instances: int, threads: int,
-                    latency_rows: list[np.ndarray], batch_rows: list[np.ndarray], timing: tuple[float, int]
-                    ) -> dict[str, Any]:
+                    latency_rows: list[np.ndarray], batch_rows: list[np.ndarray], timing: tuple[float, int],
+                    recipe: str = "dynamic") -> dict[str, Any]:
     """One request alone on one instance (latency), and every instance busy with a batch at once (throughput)."""
     _set_timing(timing)
-    runners = [_runner(engine, precision, onnx, threads) for _ in range(instances)]
+    runners = [_runner(engine, precision, onnx, threads, recipe) for _ in range(instances)]
     latency = time_forward(runners[0], latency_rows)
     for r in runners:
         r.run(batch_rows)
@@ -275,9 +317,11 @@ def choose_layout(layouts: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _key(card: Card, onnx: Path, host: Any, engine: str | None, precision: str | None) -> dict[str, Any]:
-    from sr_backend.engines.ort_engine import QUANT_RECIPE
+    from sr_backend.engines.ort_engine import RECIPES
 
-    return {"format": TUNE_FORMAT, "host": host.key, "int8": QUANT_RECIPE, "onnx_sha256": sha256_file(onnx),
+    calibration = sha256_file(_CALIBRATION_TEXTS) if _CALIBRATION_TEXTS.is_file() else "card texts"
+    return {"format": TUNE_FORMAT, "host": host.key, "int8": RECIPES, "calibration": calibration,
+            "onnx_sha256": sha256_file(onnx),
             "versions": _versions(),
             "engines": list(card.engines), "override": [engine, precision],
             "precisions": {k: v.model_dump() for k, v in card.precisions.items()}}
@@ -307,8 +351,8 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
         if recorded.get("key") == key:
             choice = Choice(**{**recorded["choice"], "source": "cached"})
             write_config(card.directory, choice)
-            say(f"{card.id}: {choice.engine}/{choice.precision}, {choice.instances} instance(s) x {choice.threads} "
-                f"thread(s) (cached for this host: {cache})")
+            say(f"{card.id}: {label(choice.engine, choice.precision, choice.int8_recipe)}, {choice.instances} "
+                f"instance(s) x {choice.threads} thread(s) (cached for this host: {cache})")
             return choice
 
     rows = verification_rows(card)
@@ -320,55 +364,59 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
     latency_rows = _rows_of(rows, LATENCY_SHAPE, limit)
     batch_rows = _rows_of(rows, THROUGHPUT_SHAPE, limit)
     candidates: list[Candidate] = []
-    for name in wanted:
-        for prec in precisions:
-            cand = Candidate(name, prec)
-            candidates.append(cand)
-            if (name, prec) not in engines.SUPPORTED:
-                cand.status, cand.reason = "unavailable", f"{name} has no {prec} path"
-                continue
-            try:
-                if name == "onnxruntime" and prec == "int8":
-                    from sr_backend.engines.ort_engine import ensure_int8
+    # ONNX Runtime's int8 comes in two recipes (dynamic, static): each is a candidate with the card's int8 check
+    variants = [(name, prec, recipe) for name in wanted for prec in precisions
+                for recipe in (engines.INT8_RECIPES if (name, prec) == ("onnxruntime", "int8") else ("",))]
+    for name, prec, recipe in variants:
+        cand = Candidate(name, prec, recipe)
+        candidates.append(cand)
+        if (name, prec) not in engines.SUPPORTED:
+            cand.status, cand.reason = "unavailable", f"{name} has no {prec} path"
+            continue
+        try:
+            if name == "onnxruntime" and prec == "int8":
+                from sr_backend.engines.ort_engine import ensure_int8
 
-                    ensure_int8(onnx, engines.int8_path(onnx))
-                outputs, latency, seconds = _isolated(_measure_candidate, name, prec, onnx, layered, latency_rows,
-                                                      batch_rows, _timing())
-            except Exception as exc:  # an engine this host or install cannot run is a reason, not a failure
-                cand.status, cand.reason = "unavailable", f"{type(exc).__name__}: {exc}"
+                feeds = calibration_feeds(card, onnx) if recipe == "static" else None
+                ensure_int8(onnx, engines.int8_path(onnx, recipe), recipe, feeds)
+            outputs, latency, seconds = _isolated(_measure_candidate, name, prec, onnx, layered, latency_rows,
+                                                  batch_rows, _timing(), recipe or "dynamic")
+        except Exception as exc:  # an engine this host or install cannot run is a reason, not a failure
+            cand.status, cand.reason = "unavailable", f"{type(exc).__name__}: {exc}"
+            continue
+        if prec != "fp32":
+            ok, cand.check, why = check(card, card.precisions[prec], reference, outputs)  # type: ignore[index]
+            if not ok:
+                cand.status, cand.reason = "rejected", why
                 continue
-            if prec != "fp32":
-                ok, cand.check, why = check(card, card.precisions[prec], reference, outputs)  # type: ignore[index]
-                if not ok:
-                    cand.status, cand.reason = "rejected", why
-                    continue
-            else:
-                ok, cand.check, _ = check(card, PrecisionSpec(min_cosine=0.99999, max_prob_diff=1e-4), reference,
-                                          outputs)
-                if not ok:
-                    cand.status, cand.reason = "rejected", f"does not reproduce the fp32 reference: {cand.check}"
-                    continue
-            cand.latency_ms = round(latency * 1000, 2)
-            cand.rows_per_s = round(len(batch_rows) / seconds, 1)
-            cand.status = "measured"
+        else:
+            ok, cand.check, _ = check(card, PrecisionSpec(min_cosine=0.99999, max_prob_diff=1e-4), reference,
+                                      outputs)
+            if not ok:
+                cand.status, cand.reason = "rejected", f"does not reproduce the fp32 reference: {cand.check}"
+                continue
+        cand.latency_ms = round(latency * 1000, 2)
+        cand.rows_per_s = round(len(batch_rows) / seconds, 1)
+        cand.status = "measured"
     measured = [c for c in candidates if c.status == "measured"]
     for c in candidates:
-        say(f"{card.id}: {c.engine}/{c.precision}: {c.status}"
+        say(f"{card.id}: {label(c.engine, c.precision, c.recipe)}: {c.status}"
             + (f" {c.rows_per_s} rows/s at {THROUGHPUT_SHAPE[0]}x{THROUGHPUT_SHAPE[1]}, {c.latency_ms} ms at "
                f"{LATENCY_SHAPE[0]}x{LATENCY_SHAPE[1]}" if c.status == "measured" else f" ({c.reason})")
             + (f" check {c.check}" if c.check else ""))
     if not measured:
-        reasons = "; ".join(f"{c.engine}/{c.precision}: {c.reason}" for c in candidates)
+        reasons = "; ".join(f"{label(c.engine, c.precision, c.recipe)}: {c.reason}" for c in candidates)
         raise TuneError(f"{card.id}: no engine passed ({reasons})")
     best = choose_candidate(measured)
     layouts = [_isolated(_measure_layout, best.engine, best.precision, onnx, n, t, latency_rows, batch_rows,
-                         _timing()) for n, t in _layouts(host.cores)]
+                         _timing(), best.recipe or "dynamic") for n, t in _layouts(host.cores)]
     layout = choose_layout(layouts)
     choice = Choice(card.id, best.engine, best.precision, layout["instances"], layout["threads"],
                     {"model": host.model, "cores": host.cores, "flags": list(host.flags), "key": host.key},
-                    [asdict(c) for c in candidates], layouts, "override" if (engine or precision) else "measured")
-    say(f"{card.id}: chose {choice.engine}/{choice.precision}, {choice.instances} instance(s) x {choice.threads} "
-        f"thread(s) on {host.model} ({host.cores} cores, {' '.join(host.flags)}); layouts {layouts}")
+                    [asdict(c) for c in candidates], layouts, "override" if (engine or precision) else "measured",
+                    best.recipe or "dynamic")
+    say(f"{card.id}: chose {label(choice.engine, choice.precision, best.recipe)}, {choice.instances} instance(s) x "
+        f"{choice.threads} thread(s) on {host.model} ({host.cores} cores, {' '.join(host.flags)}); layouts {layouts}")
     cache.parent.mkdir(exist_ok=True)
     cache.write_text(json.dumps({"key": key, "choice": asdict(choice)}, indent=2))
     write_config(card.directory, choice)
@@ -385,7 +433,8 @@ def write_config(model_dir: Path, choice: Choice) -> Path:
             f"{' '.join(host.get('flags', [])) or 'no listed ISA flags'})")
     try:
         return write_generated(model_dir, {"engine": choice.engine, "precision": choice.precision,
-                                           "threads": str(choice.threads), "instances": str(choice.instances)}, note)
+                                           "threads": str(choice.threads), "instances": str(choice.instances),
+                                           "int8_recipe": choice.int8_recipe}, note)
     except ConfigError as exc:
         raise TuneError(f"{model_dir / 'config.pbtxt'}: {exc}") from exc
 

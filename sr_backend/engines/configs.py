@@ -21,7 +21,7 @@ _DIGEST = re.compile(r"^# source: config\.pbtxt sha256 ([0-9a-f]{64})$", re.M)
 _NOTE = re.compile(r"^# note: (.*)$", re.M)
 _PARAM = re.compile(r'^parameters: \{ key: "([^"]+)", value: \{ string_value: "([^"]*)" \} \}', re.M)
 _INSTANCES = re.compile(r"instance_group \[ \{ kind: KIND_CPU, count: (\d+) \} \]")
-DEFAULTS = {"engine": "onnxruntime", "precision": "fp32", "threads": "0", "instances": "1"}
+DEFAULTS = {"engine": "onnxruntime", "precision": "fp32", "threads": "0", "instances": "1", "int8_recipe": "dynamic"}
 
 
 class ConfigError(RuntimeError):
@@ -45,7 +45,8 @@ def choice_of(text: str) -> dict[str, str]:
     return {"engine": params.get("engine", DEFAULTS["engine"]),
             "precision": params.get("precision", DEFAULTS["precision"]),
             "threads": params.get("intra_op_threads", DEFAULTS["threads"]),
-            "instances": count.group(1) if count else DEFAULTS["instances"]}
+            "instances": count.group(1) if count else DEFAULTS["instances"],
+            "int8_recipe": params.get("int8_recipe", DEFAULTS["int8_recipe"])}
 
 
 def choice_of_loaded(config: dict[str, Any]) -> dict[str, str]:
@@ -55,7 +56,8 @@ def choice_of_loaded(config: dict[str, Any]) -> dict[str, str]:
     instances = sum(int(g.get("count", 1)) for g in groups) if groups else int(DEFAULTS["instances"])
     return {"engine": params.get("engine") or DEFAULTS["engine"],
             "precision": params.get("precision") or DEFAULTS["precision"],
-            "threads": params.get("intra_op_threads") or DEFAULTS["threads"], "instances": str(instances)}
+            "threads": params.get("intra_op_threads") or DEFAULTS["threads"], "instances": str(instances),
+            "int8_recipe": params.get("int8_recipe") or DEFAULTS["int8_recipe"]}
 
 
 def _set_parameter(text: str, name: str, value: str) -> str:
@@ -71,8 +73,10 @@ def render(source: str, choice: dict[str, str], note: str = "") -> str:
     text, count = _INSTANCES.subn(f"instance_group [ {{ kind: KIND_CPU, count: {choice['instances']} }} ]", source)
     if count != 1:
         raise ConfigError("expected one `instance_group [ { kind: KIND_CPU, count: N } ]` line in config.pbtxt")
-    for name, key in (("engine", "engine"), ("precision", "precision"), ("intra_op_threads", "threads")):
-        text = _set_parameter(text, name, choice[key])
+    for name, key in (("engine", "engine"), ("precision", "precision"), ("intra_op_threads", "threads"),
+                      ("int8_recipe", "int8_recipe")):
+        if key in choice:
+            text = _set_parameter(text, name, choice[key])
     digest = hashlib.sha256(source.encode()).hexdigest()
     head = [_HEADER, f"# source: config.pbtxt sha256 {digest}"] + ([f"# note: {note}"] if note else [])
     return "\n".join(head) + "\n" + text

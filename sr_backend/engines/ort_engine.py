@@ -1,5 +1,6 @@
-"""ONNX Runtime on the CPU: the fp32 graph, or its dynamically quantised int8 copy (VNNI kernels where the CPU has
-them, AVX2 u8s8 otherwise)."""
+"""ONNX Runtime on the CPU: the fp32 graph, or an int8 copy of it (VNNI kernels where the CPU has them, AVX2 u8s8
+otherwise), quantised dynamically (activation ranges measured per forward) or statically (activation ranges
+calibrated once on real texts, QDQ)."""
 
 from __future__ import annotations
 
@@ -44,15 +45,35 @@ class OrtEngine:
 
 
 QUANT_RECIPE = "dynamic QInt8 MatMul per-channel reduce-range v1"
+STATIC_RECIPE = "static QDQ QUInt8 activations / QInt8 per-channel weights MatMul reduce-range MinMax v1"
+RECIPES = {"dynamic": QUANT_RECIPE, "static": STATIC_RECIPE}
 
 
-def ensure_int8(source: Path, target: Path) -> bool:
-    """Quantise unless `target` was made from this `source` by this recipe (recorded beside it); True if made."""
+def calibration_digest(calibration: list[dict[str, np.ndarray]]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for feed in calibration:
+        for name in sorted(feed):
+            digest.update(name.encode() + np.ascontiguousarray(feed[name]).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def ensure_int8(source: Path, target: Path, recipe: str = "dynamic",
+                calibration: list[dict[str, np.ndarray]] | None = None) -> bool:
+    """Quantise unless `target` was made from this `source` by this recipe (and, static, these calibration rows:
+    recorded beside it); True if made."""
     stamp = target.with_name(target.name + ".recipe")
-    want = f"{QUANT_RECIPE}\n{source.stat().st_size} {source.stat().st_mtime_ns}\n"
+    rows = f" calibration {calibration_digest(calibration)}" if recipe == "static" and calibration else ""
+    want = f"{RECIPES[recipe]}{rows}\n{source.stat().st_size} {source.stat().st_mtime_ns}\n"
     if target.is_file() and stamp.is_file() and stamp.read_text() == want:
         return False
-    quantize_int8(source, target)
+    if recipe == "static":
+        if not calibration:
+            raise ValueError("static int8 needs calibration rows")
+        quantize_int8_static(source, target, calibration)
+    else:
+        quantize_int8(source, target)
     stamp.write_text(want)
     return True
 
@@ -66,4 +87,30 @@ def quantize_int8(source: Path, target: Path) -> None:
     partial = target.with_name(target.name + ".partial")
     quantize_dynamic(str(source), str(partial), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
                      op_types_to_quantize=["MatMul"])
+    partial.replace(target)
+
+
+def quantize_int8_static(source: Path, target: Path, calibration: list[dict[str, np.ndarray]]) -> None:
+    """Static quantisation (QDQ) of the MatMuls: weights per channel (signed, reduced range, as the dynamic recipe),
+    activations with fixed ranges measured (min/max) on the calibration feeds, so no per-forward range pass runs.
+    Transformers' activation outliers make this the less accurate recipe; the tuner's check decides."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Feeds(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter(calibration)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.feeds, None)
+
+    partial = target.with_name(target.name + ".partial")
+    quantize_static(str(source), str(partial), Feeds(), quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"],
+                    per_channel=True, reduce_range=True, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax)
     partial.replace(target)
