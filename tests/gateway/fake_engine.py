@@ -8,12 +8,14 @@ It never stands in for a model: every test of model behaviour uses the real trit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.triton import Execution, Result, TritonFailure
 
@@ -86,3 +88,29 @@ class FakeEngine:
 
     async def close(self) -> None:
         return None
+
+
+@contextlib.asynccontextmanager
+async def served_by_fake(model: str, **settings: Any) -> AsyncIterator[tuple[TestClient, FakeEngine]]:  # type: ignore[type-arg]
+    """The real app over real HTTP with this fake behind the Triton seam and `model` ready (no tritonserver)."""
+    from gateway.app import create_app
+    from gateway.settings import Settings
+    from gateway.surfaces.common import RUNTIME_KEY
+
+    from .conftest import ROOT
+
+    app = create_app(Settings(model_repository=ROOT / "model_repository", models=model, **settings),
+                     start_models=False)
+    runtime = app[RUNTIME_KEY]
+    engine = FakeEngine()
+    runtime.triton = engine
+    served = runtime.models[model]
+    served.load_tokenizer()
+    served.engine_args = await engine.model_config(model)
+    runtime.set_status(served, "ready")
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+        yield client, engine
+    finally:
+        await client.close()

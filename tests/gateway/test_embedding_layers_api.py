@@ -177,25 +177,9 @@ def test_rerank_scores_with_the_default_layer(http: httpx.Client, pytorch: dict[
 async def test_every_input_to_the_layered_model_names_its_layer_so_all_of_them_can_share_a_batch() -> None:
     """Triton batches only requests with the same inputs, so the gateway sends LAYER for the default too, from
     every surface that reads through the embedder (fake engine behind the seam: it records what was asked)."""
-    from aiohttp.test_utils import TestClient, TestServer
+    from .fake_engine import served_by_fake
 
-    from gateway.app import create_app
-    from gateway.settings import Settings
-    from gateway.surfaces.common import RUNTIME_KEY
-
-    from .fake_engine import FakeEngine
-
-    app = create_app(Settings(model_repository=ROOT / "model_repository", models=MODEL), start_models=False)
-    runtime = app[RUNTIME_KEY]
-    engine = FakeEngine()
-    runtime.triton = engine
-    model = runtime.models[MODEL]
-    model.load_tokenizer()
-    model.engine_args = await engine.model_config(MODEL)
-    runtime.set_status(model, "ready")
-    client = TestClient(TestServer(app, host="127.0.0.1"))
-    await client.start_server()
-    try:
+    async with served_by_fake(MODEL) as (client, engine):
         for path, body, layers in (
                 ("/v1/embeddings", {"input": ["a", "b"]}, [6, 6]),
                 ("/v1/embeddings", {"input": ["a"], "layer": 3}, [3]),
@@ -205,8 +189,6 @@ async def test_every_input_to_the_layered_model_names_its_layer_so_all_of_them_c
             r = await client.post(path, json={"model": MODEL, **body})
             assert r.status == 200, await r.text()
             assert engine.layers == layers, (path, body)
-    finally:
-        await client.close()
 
 
 @pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])

@@ -10,15 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from gateway.app import create_app
-from gateway.settings import Settings
 from gateway.surfaces.common import RUNTIME_KEY
 from gateway.triton import TritonFailure
 
-from .conftest import ROOT
-from .fake_engine import FakeEngine
+from .fake_engine import FakeEngine, served_by_fake
 
 MODEL = "all-minilm-l6-v2"
 LONG = 12  # inputs with more ids than this are "long" for the fake's rules
@@ -39,22 +36,11 @@ class Stack:
 
 @pytest.fixture
 async def stack() -> AsyncIterator[Stack]:
-    settings = Settings(model_repository=ROOT / "model_repository", models=MODEL, max_queue=4)
-    app = create_app(settings, start_models=False)
-    runtime = app[RUNTIME_KEY]
-    engine = FakeEngine()
-    runtime.triton = engine
-    model = runtime.models[MODEL]
-    model.load_tokenizer()
-    model.engine_args = await engine.model_config(MODEL)
-    runtime.set_status(model, "ready")
-    client = TestClient(TestServer(app, host="127.0.0.1"))
-    await client.start_server()
-    try:
-        yield Stack(client, engine)
-    finally:
-        engine.release.set()
-        await client.close()
+    async with served_by_fake(MODEL, max_queue=4) as (client, engine):
+        try:
+            yield Stack(client, engine)
+        finally:
+            engine.release.set()
 
 
 async def until(check: Any, what: str) -> None:
