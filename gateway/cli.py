@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="skip `models tune` (the configs keep their current engine choice)")
     _engine_flags(build)
     build.set_defaults(run=_build)
-    tune = model_commands.add_parser("tune", help="measure each text model's engines, precisions and "
+    tune = model_commands.add_parser("tune", help="measure each model's engines, precisions and "
                                                   "instances x threads on this host; write the fastest passing "
                                                   "choice into its Triton config (cached per CPU and graph)")
     tune.add_argument("--model-repository", default=str(DEFAULT_REPOSITORY))

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import ItemError
+
 
 def softmax(x: np.ndarray) -> np.ndarray:
     z = x - np.max(x, axis=-1, keepdims=True)
@@ -18,8 +20,18 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return np.asarray(e / np.sum(e, axis=-1, keepdims=True))
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return np.asarray(1.0 / (1.0 + np.exp(-x)))
+def sigmoid(x: np.ndarray | float) -> np.ndarray:
+    """1 / (1 + e^-x) without overflow for large |x| (a cross-encoder logit can be ±1000)."""
+    x = np.asarray(x)
+    e = np.exp(-np.abs(x))
+    return np.asarray(np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)))
+
+
+def ensure_finite(values: np.ndarray | float) -> None:
+    """A NaN or infinity from the model fails that input alone (spec: the item's `invalid_model_output`), never
+    the request: every surface and question type checks its readout through here."""
+    if not np.all(np.isfinite(values)):
+        raise ItemError("invalid_model_output", "the model produced a non-finite number")
 
 
 def zero_shot(vector: np.ndarray, labels: np.ndarray, temperature: float) -> np.ndarray:

@@ -63,6 +63,10 @@ class Metrics:
             found = self._children[key] = metric.labels(*labels)
         return found
 
+    def count_input(self, model: str, outcome: str) -> None:
+        """One answered input of `model`: "ok" or its item error code."""
+        self.child(self.inputs, model, outcome).inc()
+
     def observe_request(self, endpoint: str, status: int, timing: Timing) -> None:
         self.child(self.requests, endpoint, str(status)).inc()
         if timing.total_ms is not None:

@@ -45,3 +45,16 @@ class Timing:
         parts = [f"{name};dur={self.ms[name]:.3f}" for name in PHASES]
         parts.append(f"total;dur={self.total_ms:.3f}")
         return ", ".join(parts)
+
+
+def charge(timing: Timing | None, phase: str, since: float) -> None:
+    """Charge `phase` on the request's clock where there is one (readiness goldens and tools run without)."""
+    if timing is not None:
+        timing.add(phase, since)
+
+
+def charge_model(timing: Timing | None, queue_ms: float, forward_ms: float) -> None:
+    """Add Triton's own queue and forward time (from the backend's TIMING output) to the request's clock."""
+    if timing is not None:
+        timing.ms["queue"] += queue_ms
+        timing.ms["forward"] += forward_ms

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 from PIL import Image
 from scipy import ndimage
+
+from sr_backend.engines import Engine
+from sr_backend.engines.ort_engine import OrtEngine
 
 DET_SIDE = 736
 DET_MAX_SIDE = 2000
@@ -74,16 +78,32 @@ def boxes_from_map(prob: np.ndarray, sy: float, sx: float, height: int, width: i
     return out
 
 
+def read_characters(recogniser: Path) -> list[str]:
+    """The recogniser's character list, stored in its ONNX file's metadata (read without optimising the graph)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(recogniser), sess_options=options, providers=["CPUExecutionProvider"])
+    return str(session.get_modelmeta().custom_metadata_map["character"]).splitlines()
+
+
 class OcrPipeline:
-    def __init__(self, detector: ort.InferenceSession, recogniser: ort.InferenceSession) -> None:
-        self.detector = detector
-        self.recogniser = recogniser
-        chars = recogniser.get_modelmeta().custom_metadata_map["character"].splitlines()
-        self.characters = ["", *chars, " "]  # index 0 is CTC's blank; PP-OCR appends the space
+    """Either graph is an ONNX Runtime session or any engine of sr_backend/engines (ONNX Runtime, OpenVINO: the
+    tuner's choice); an engine needs `characters` (read_characters), a session carries them in its metadata."""
+
+    def __init__(self, detector: ort.InferenceSession | Engine, recogniser: ort.InferenceSession | Engine,
+                 characters: list[str] | None = None) -> None:
+        self.detector: Engine = OrtEngine(detector) if isinstance(detector, ort.InferenceSession) else detector
+        self.recogniser: Engine = (OrtEngine(recogniser) if isinstance(recogniser, ort.InferenceSession)
+                                   else recogniser)
+        if characters is None:
+            if not isinstance(recogniser, ort.InferenceSession):
+                raise ValueError("an engine's recogniser needs its character list (read_characters)")
+            characters = recogniser.get_modelmeta().custom_metadata_map["character"].splitlines()
+        self.characters = ["", *characters, " "]  # index 0 is CTC's blank; PP-OCR appends the space
 
     def detect(self, pixels: np.ndarray) -> list[tuple[int, int, int, int]]:
         x, sy, sx = _det_input(pixels)
-        prob = self.detector.run(None, {"x": x})[0][0, 0]
+        prob = self.detector.forward({"x": x})[0, 0]
         return boxes_from_map(prob, sy, sx, pixels.shape[0], pixels.shape[1])
 
     def _rec_batch(self, crops: list[np.ndarray]) -> list[tuple[str, float]]:
@@ -95,7 +115,7 @@ class OcrPipeline:
             img = np.asarray(Image.fromarray(crop).resize((w, REC_HEIGHT), Image.Resampling.BILINEAR),
                              dtype=np.float32)
             batch[i, :, :, :w] = ((img[:, :, ::-1] / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)
-        probs = self.recogniser.run(None, {"x": batch})[0]
+        probs = self.recogniser.forward({"x": batch})
         out = []
         for row in probs:
             ids, scores = row.argmax(axis=1), row.max(axis=1)
@@ -117,7 +137,7 @@ class OcrPipeline:
         return results
 
     def read(self, pixels: np.ndarray) -> tuple[list[Line], int]:
-        """Text lines of one RGB uint8 image, and the ONNX Runtime time it took (ns)."""
+        """Text lines of one RGB uint8 image, and the time its two graphs and the steps between took (ns)."""
         started = time.perf_counter_ns()
         boxes = self.detect(pixels)
         texts = self.recognise(pixels, boxes) if boxes else []

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from sr_backend.encoder import RaggedRunner, Row, model_parameter
 from sr_backend.engines import load_engine
-from sr_backend.engines.ort_gpu import OrtGpuEngine, config_parameters, gpu_request
+from sr_backend.engines.configs import model_parameter, parameters
+from sr_backend.engines.ort_gpu import OrtGpuEngine, gpu_request
+from sr_backend.ragged import RaggedRunner, Row
 
 
 class TritonPythonModel:
@@ -30,7 +31,7 @@ class TritonPythonModel:
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         threads = int(os.environ.get("SR_BACKEND_THREADS") or model_parameter(config, "intra_op_threads", "0"))
         # a GPU variant's provider on the GPU Triton gave this instance (it fails to load rather than run on CPU)
-        gpu = gpu_request(config_parameters(config), Path(version_dir), int(args.get("model_instance_device_id") or 0),
+        gpu = gpu_request(parameters(config), Path(version_dir), int(args.get("model_instance_device_id") or 0),
                           args.get("model_instance_kind", "CPU"))
         # else the engine and precision `sr-gateway models tune` chose for this host (fp32 ONNX Runtime by default)
         engine = load_engine(model_parameter(config, "engine", "onnxruntime"),

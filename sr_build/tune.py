@@ -28,7 +28,7 @@ from gateway.cards import Card, PrecisionSpec, discover
 
 from .sources import sha256_file
 
-TUNE_FORMAT = 5
+TUNE_FORMAT = 6  # 6: OpenVINO fp32/bf16 without on-the-fly int8 activations (openvino_engine.py)
 # the card's typical shapes: one request alone (latency) and a dynamic batch of them (throughput)
 LATENCY_SHAPE = (1, 128)
 THROUGHPUT_SHAPE = (16, 128)
@@ -164,7 +164,7 @@ def time_forward(runner: Any, rows: list[np.ndarray], min_seconds: float | None 
 
 
 def _runner(engine: str, precision: str, onnx: Path, threads: int, recipe: str = "dynamic") -> Any:
-    from sr_backend.encoder import RaggedRunner
+    from sr_backend.ragged import RaggedRunner
 
     return RaggedRunner(_engines().load_engine(engine, precision, onnx, threads, recipe=recipe or "dynamic"),
                         max_batch_tokens=8192)
@@ -239,7 +239,7 @@ def _set_timing(timing: tuple[float, int]) -> None:
 def every_layer(card: Card, rows: list[np.ndarray]) -> list[Any]:
     """The verification rows once per layer an embedder's graph pools (its declared early exits), so a precision
     must pass its check at every layer a request can ask for, not only the default."""
-    from sr_backend.encoder import Row
+    from sr_backend.ragged import Row
 
     count = len(card.embedding.layers) if card.embedding is not None else 1
     return list(rows) if count < 2 else [Row(r, layer=k) for k in range(count) for r in rows]
@@ -260,11 +260,12 @@ def _measure_candidate(engine: str, precision: str, onnx: Path, rows: list[Any],
 
 
 def _measure_layout(engine: str, precision: str, onnx: Path, instances: int, threads: int,
-                    latency_rows: list[np.ndarray], batch_rows: list[np.ndarray], timing: tuple[float, int],
-                    recipe: str = "dynamic") -> dict[str, Any]:
+                    latency_rows: Any, batch_rows: Any, timing: tuple[float, int],
+                    recipe: str = "dynamic", kind: str = "text") -> dict[str, Any]:
     """One request alone on one instance (latency), and every instance busy with a batch at once (throughput)."""
     _set_timing(timing)
-    runners = [_runner(engine, precision, onnx, threads, recipe) for _ in range(instances)]
+    runners = [_runner(engine, precision, onnx, threads, recipe) if kind == "text"
+               else _image_runner(kind, engine, precision, onnx, threads, recipe) for _ in range(instances)]
     latency = time_forward(runners[0], latency_rows)
     for r in runners:
         r.run(batch_rows)
@@ -345,6 +346,11 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
         raise TuneError(f"{card.id}: precision {precision!r} is not allowed by its card "
                         f"(allowed: fp32{''.join(', ' + p for p in card.precisions)})")
     key = _key(card, onnx, host, engine, precision)
+    pictures: list[np.ndarray] = []
+    if card.image is not None:
+        pictures = verification_pictures(card)
+        key["image"] = {"kind": image_kind(card), "int8_ops": list(IMAGE_INT8_OPS), "pictures": _digest(pictures),
+                        "batch": IMAGE_BATCH}
     cache = card.version_dir / ".cache" / "tune.json"
     if not force and cache.is_file():
         recorded = json.loads(cache.read_text())
@@ -355,6 +361,9 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
                 f"instance(s) x {choice.threads} thread(s) (cached for this host: {cache})")
             return choice
 
+    if card.image is not None:
+        return _finish(card, *_tune_image(card, pictures, engine, precision, host.cores, say), host, key, cache,
+                       engine, precision, say)
     rows = verification_rows(card)
     layered = every_layer(card, rows)  # a faster precision is checked at every layer a request can ask for
     reference = _isolated(_reference, onnx, layered)
@@ -410,6 +419,12 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
     best = choose_candidate(measured)
     layouts = [_isolated(_measure_layout, best.engine, best.precision, onnx, n, t, latency_rows, batch_rows,
                          _timing(), best.recipe or "dynamic") for n, t in _layouts(host.cores)]
+    return _finish(card, best, candidates, layouts, host, key, cache, engine, precision, say)
+
+
+def _finish(card: Card, best: Candidate, candidates: list[Candidate], layouts: list[dict[str, Any]], host: Any,
+            key: dict[str, Any], cache: Path, engine: str | None, precision: str | None, say: Any) -> Choice:
+    """The layout chosen among the measured ones, the choice recorded in the cache and the generated config."""
     layout = choose_layout(layouts)
     choice = Choice(card.id, best.engine, best.precision, layout["instances"], layout["threads"],
                     {"model": host.model, "cores": host.cores, "flags": list(host.flags), "key": host.key},
@@ -421,6 +436,242 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
     cache.write_text(json.dumps({"key": key, "choice": asdict(choice)}, indent=2))
     write_config(card.directory, choice)
     return choice
+
+
+# ---- image models (sr_backend/image_model.py): the classifier (efficientnet-lite) and the OCR pipeline (ppocr) ----
+IMAGE_BATCH = 16  # the classifier's throughput shape: a dynamic batch of 16 pictures (224x224); latency: one
+# ONNX Runtime's dynamic int8 of a conv net: the convolutions and the classifier's Gemm, not only MatMuls
+IMAGE_INT8_OPS = ("Conv", "Gemm", "MatMul")
+# real photos shipped in the scikit-image wheel (a dev dependency: the tests and benchmarks use the same ones)
+SAMPLE_PHOTOS = ("chelsea.png", "coffee.png", "astronaut.png", "motorcycle_left.png", "rocket.jpg", "camera.png")
+
+
+def image_kind(card: Card) -> str:
+    return "ocr" if card.image is not None and card.image.preprocess == "ppocr" else "classifier"
+
+
+def image_graphs(card: Card) -> list[Path]:
+    """The graphs a precision must exist for: the classifier's one, the OCR detector's and recogniser's."""
+    onnx = card.version_dir / "model.onnx"
+    return [onnx, onnx.with_name("recognizer.onnx")] if image_kind(card) == "ocr" else [onnx]
+
+
+def _golden_pictures(card: Card) -> list[bytes]:
+    import base64
+
+    if card.golden is None:
+        return []
+    if "image_base64" in card.golden.request:
+        return [base64.b64decode(card.golden.request["image_base64"])]
+    urls = [part["image_url"]["url"] for part in card.golden.request.get("input") or []
+            if isinstance(part, dict) and part.get("type") == "image_url"]
+    return [base64.b64decode(u.partition(",")[2]) for u in urls]
+
+
+def _sample_photos() -> list[bytes]:
+    from importlib.util import find_spec
+
+    spec = find_spec("skimage")
+    if spec is None or spec.origin is None:
+        return []
+    data = Path(spec.origin).parent / "data"
+    return [(data / name).read_bytes() for name in SAMPLE_PHOTOS if (data / name).is_file()]
+
+
+DOCUMENT_LINES = ["INVOICE 2291", "Harbour Supplies Ltd", "Due 2026-12-15 17:00", "Rope 20 m x3 41.85",
+                  "Shackle x12 9.60", "AMOUNT DUE 51.45"]
+
+
+def _document() -> bytes:
+    """A pillow-rendered multi-line document (PNG): lines of words, digits and punctuation at one font size."""
+    import io
+
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.load_default(size=26)
+    img = Image.new("RGB", (560, 50 + 46 * len(DOCUMENT_LINES)), "white")
+    draw = ImageDraw.Draw(img)
+    for i, text in enumerate(DOCUMENT_LINES):
+        draw.text((26, 24 + 46 * i), text, fill="black", font=font)
+    out = io.BytesIO()
+    img.save(out, format="PNG")
+    return out.getvalue()
+
+
+def verification_pictures(card: Card) -> list[np.ndarray]:
+    """What a precision is checked on, as the model receives it (decoded and preprocessed by gateway/images): the
+    card's golden pictures first (so the served golden check is part of the tuner's), then, for the classifier,
+    scikit-image's sample photos where that package is installed. OCR: the golden picture (one line) and a rendered
+    multi-line document: bf16 read the golden line right but moved boxes and dropped spaces on a receipt."""
+    from gateway.images.decode import decode_image
+    from gateway.images.preprocess import PREPROCESS
+
+    assert card.image is not None and card.image_max_pixels is not None
+    data = _golden_pictures(card) + (_sample_photos() if image_kind(card) == "classifier" else [_document()])
+    if not data:
+        raise TuneError(f"{card.id}: no verification pictures (the card has no golden pictures)")
+    return [PREPROCESS[card.image.preprocess](decode_image(d, card.image_max_pixels)) for d in data]
+
+
+def _digest(pictures: list[np.ndarray]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for p in pictures:
+        digest.update(str(p.shape).encode() + np.ascontiguousarray(p).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _image_runner(kind: str, engine: str, precision: str, onnx: Path, threads: int, recipe: str = "dynamic") -> Any:
+    from sr_backend.image_runners import OcrReader, load_classifier, load_ocr
+
+    if kind == "ocr":
+        return OcrReader(load_ocr(engine, precision, onnx, onnx.with_name("recognizer.onnx"), threads,
+                                  recipe or "dynamic"))
+    return load_classifier(engine, precision, onnx, threads, recipe or "dynamic")
+
+
+def _image_inputs(kind: str, pictures: list[np.ndarray]) -> Any:
+    return pictures if kind == "ocr" else np.stack(pictures)
+
+
+def _image_reference(kind: str, onnx: Path, pictures: list[np.ndarray]) -> Any:
+    return _image_runner(kind, "onnxruntime", "fp32", onnx, 0).run(_image_inputs(kind, pictures))
+
+
+def _measure_image_candidate(kind: str, engine: str, precision: str, onnx: Path, pictures: list[np.ndarray],
+                             latency_in: Any, batch_in: Any, timing: tuple[float, int], recipe: str = "dynamic"
+                             ) -> tuple[Any, float, float]:
+    """The candidate's answers on the verification pictures, then seconds per forward at both shapes."""
+    _set_timing(timing)
+    runner = _image_runner(kind, engine, precision, onnx, 0, recipe)
+    answers = runner.run(_image_inputs(kind, pictures))
+    return answers, time_forward(runner, latency_in), time_forward(runner, batch_in)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.asarray(np.sum(a * b, axis=-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)))
+
+
+def check_image(card: Card, spec: PrecisionSpec, reference: Any, outputs: Any,
+                sizes: list[tuple[int, int]] | None = None) -> tuple[bool, dict[str, float], str]:
+    """Does a precision's answer on the verification pictures pass the card's check against the fp32 reference?
+    Classifier: the same top-1 on every picture, the largest probability difference, every embedding's cosine, and
+    the golden pictures' embeddings within the served golden check's tolerance of the recorded PyTorch answer.
+    OCR: the same text on every picture (`same_argmax`: CTC's greedy argmax decoding), boxes within the golden
+    tolerance (fractions of the picture), and line scores within max_prob_diff where the card states one."""
+    assert card.golden is not None
+    tolerance = spec.golden_tolerance or card.golden.tolerance
+    metrics: dict[str, float] = {}
+    if image_kind(card) == "ocr":
+        sizes = sizes or [(1, 1)] * len(reference)  # (height, width) of each verification picture
+        texts = [[ln.text for ln in lines] for lines in outputs]
+        metrics["text_mismatches"] = float(sum(a != b for a, b in
+                                               zip([[ln.text for ln in r] for r in reference], texts, strict=True)))
+        pairs = [(r, o, h, w) for rs, os_, (h, w) in zip(reference, outputs, sizes, strict=True)
+                 if len(rs) == len(os_) for r, o in zip(rs, os_, strict=True)]
+        metrics["max_score_diff"] = max((abs(r.score - o.score) for r, o, _, _ in pairs), default=0.0)
+        metrics["max_box_diff"] = max((max(abs(r.top - o.top) / h, abs(r.bottom - o.bottom) / h,
+                                           abs(r.left - o.left) / w, abs(r.right - o.right) / w)
+                                       for r, o, h, w in pairs), default=0.0)
+        if spec.same_argmax and metrics["text_mismatches"]:
+            return False, metrics, f"{metrics['text_mismatches']:.0f} picture(s) read as different text: {texts}"
+        if metrics["max_box_diff"] > tolerance:
+            return False, metrics, f"boxes moved by {metrics['max_box_diff']:.4f} of the picture > {tolerance}"
+        if spec.max_prob_diff is not None and metrics["max_score_diff"] > spec.max_prob_diff:
+            return False, metrics, f"line score difference {metrics['max_score_diff']:.4f} > {spec.max_prob_diff}"
+        return True, metrics, ""
+    ref = _softmax(reference["logits"].astype(np.float64))
+    out = _softmax(outputs["logits"].astype(np.float64))
+    metrics["argmax_mismatches"] = float(np.sum(ref.argmax(-1) != out.argmax(-1)))
+    metrics["max_prob_diff"] = float(np.max(np.abs(ref - out)))
+    metrics["min_cosine"] = float(_cosines(reference["embedding"], outputs["embedding"]).min())
+    want = (card.golden.expected.get("embeddings") or []) if card.golden.surface == "embeddings" else []
+    if want:
+        prefix = int(card.golden.expected.get("prefix", len(want[0])))
+        got = outputs["embedding"][: len(want), :prefix]
+        metrics["golden_max_diff"] = float(np.max(np.abs(got - np.array(want, dtype=np.float64))))
+    if spec.min_cosine is None or spec.max_prob_diff is None:
+        return False, metrics, "the card states no min_cosine and max_prob_diff for this precision"
+    if spec.same_argmax and metrics["argmax_mismatches"]:
+        return False, metrics, f"{metrics['argmax_mismatches']:.0f} top-1 mismatches"
+    if metrics["max_prob_diff"] > spec.max_prob_diff:
+        return False, metrics, f"max probability difference {metrics['max_prob_diff']:.4f} > {spec.max_prob_diff}"
+    if metrics["min_cosine"] < spec.min_cosine:
+        return False, metrics, f"min embedding cosine {metrics['min_cosine']:.6f} < {spec.min_cosine}"
+    if metrics.get("golden_max_diff", 0.0) > tolerance:
+        return False, metrics, (f"golden embeddings differ from the recorded answer by "
+                                f"{metrics['golden_max_diff']:.4f} > {tolerance}")
+    return True, metrics, ""
+
+
+def _image_layouts(kind: str, cores: int) -> list[tuple[int, int]]:
+    """The classifier: the text models' layouts. OCR: the author's one instance with every core first (a picture
+    takes ~1 s of CPU: two busy OCR instances take the cores from the gateway and the text models), then those."""
+    return ([(1, cores)] if kind == "ocr" and cores > 1 else []) + _layouts(cores)
+
+
+def _tune_image(card: Card, pictures: list[np.ndarray], engine: str | None, precision: str | None, cores: int,
+                say: Any) -> tuple[Candidate, list[Candidate], list[dict[str, Any]]]:
+    """The text models' procedure on an image model: every engine x precision the card allows, checked against
+    ONNX Runtime fp32 on the verification pictures, timed at one picture and a batch (classifier: IMAGE_BATCH
+    pictures; OCR: one golden picture, read whole), then the layouts of the winner."""
+    from sr_backend.engines.ort_engine import ensure_int8
+
+    engines = _engines()
+    kind = image_kind(card)
+    onnx = card.version_dir / "model.onnx"
+    reference = _isolated(_image_reference, kind, onnx, pictures)
+    if kind == "ocr":
+        latency_in: Any = pictures[:1]
+        batch_in: Any = pictures[:1]
+    else:
+        latency_in = np.stack(pictures[:1])
+        batch_in = np.stack([pictures[i % len(pictures)] for i in range(IMAGE_BATCH)])
+    precisions = [precision] if precision else ["fp32", *card.precisions]
+    wanted = [engine] if engine else list(card.engines)
+    candidates: list[Candidate] = []
+    for name in wanted:
+        for prec in precisions:
+            cand = Candidate(name, prec, "dynamic" if prec == "int8" else "")
+            candidates.append(cand)
+            if (name, prec) not in engines.SUPPORTED:
+                cand.status, cand.reason = "unavailable", f"{name} has no {prec} path"
+                continue
+            try:
+                if prec == "int8":
+                    for graph in image_graphs(card):
+                        ensure_int8(graph, engines.int8_path(graph), "dynamic", op_types=IMAGE_INT8_OPS)
+                outputs, latency, seconds = _isolated(_measure_image_candidate, kind, name, prec, onnx, pictures,
+                                                      latency_in, batch_in, _timing(), "dynamic")
+            except Exception as exc:  # an engine this host or install cannot run is a reason, not a failure
+                cand.status, cand.reason = "unavailable", f"{type(exc).__name__}: {exc}"
+                continue
+            exact = PrecisionSpec(min_cosine=0.99999, max_prob_diff=1e-4)
+            spec = card.precisions[prec] if prec != "fp32" else exact  # type: ignore[index]
+            sizes = [(p.shape[0], p.shape[1]) for p in pictures]
+            ok, cand.check, why = check_image(card, spec, reference, outputs, sizes)
+            cand.latency_ms = round(latency * 1000, 2)
+            cand.rows_per_s = round(len(batch_in) / seconds, 1)
+            if not ok:
+                cand.status = "rejected"
+                cand.reason = why if prec != "fp32" else f"does not reproduce the fp32 reference: {why}"
+                continue
+            cand.status = "measured"
+    shape = "1 picture" if kind == "ocr" else f"batch {IMAGE_BATCH} of 224x224"
+    for c in candidates:
+        timed = f"{c.rows_per_s} pictures/s at {shape}, {c.latency_ms} ms for one picture" if c.latency_ms else ""
+        say(f"{card.id}: {label(c.engine, c.precision, c.recipe)}: {c.status}"
+            + (f" {timed}" if c.status == "measured" else f" ({c.reason}{'; measured ' + timed if timed else ''})")
+            + (f" check {c.check}" if c.check else ""))
+    measured = [c for c in candidates if c.status == "measured"]
+    if not measured:
+        reasons = "; ".join(f"{label(c.engine, c.precision, c.recipe)}: {c.reason}" for c in candidates)
+        raise TuneError(f"{card.id}: no engine passed ({reasons})")
+    best = choose_candidate(measured)
+    layouts = [_isolated(_measure_layout, best.engine, best.precision, onnx, n, t, latency_in, batch_in, _timing(),
+                         best.recipe or "dynamic", kind) for n, t in _image_layouts(kind, cores)]
+    return best, candidates, layouts
 
 
 def write_config(model_dir: Path, choice: Choice) -> Path:
@@ -447,10 +698,13 @@ def read_config_choice(model_dir: Path) -> dict[str, str]:
 
 
 def tunable(card: Card) -> bool:
-    """CPU text models served by the shared ragged runner (sr_backend.triton_model) with a graph of their own."""
-    return (card.triton_model in (None, card.directory.name) and "text" in card.modalities
+    """CPU models with a graph of their own served by the shared backends: text models by the ragged runner
+    (sr_backend.triton_model), image models (a card `image` section) by sr_backend.image_model."""
+    backend = "sr_backend.image_model" if card.image is not None else "sr_backend.triton_model"
+    return (card.triton_model in (None, card.directory.name)
+            and ("text" in card.modalities or card.image is not None)
             and (card.version_dir / "model.onnx").is_file() and (card.directory / "config.pbtxt").is_file()
-            and "sr_backend.triton_model" in _model_py(card)
+            and backend in _model_py(card)
             and "KIND_CPU" in (card.directory / "config.pbtxt").read_text())  # a GPU variant is gpu.py's
 
 
@@ -462,7 +716,18 @@ def _model_py(card: Card) -> str:
 def tune_repository(repo: Path, *, only: list[str] | None = None, engine: str | None = None,
                     precision: str | None = None, force: bool = False) -> list[Choice]:
     choices = []
+    every = discover(repo, None)
     for card in discover(repo, only):
         if tunable(card):
+            card = with_riders(card, [c for c in every if c.triton_name == card.directory.name and c.id != card.id])
             choices.append(tune_model(card, engine=engine, precision=precision, force=force))
     return choices
+
+
+def with_riders(card: Card, riders: list[Card]) -> Card:
+    """The card as tuned: cards that run on this model's Triton graph (`triton_model:`, e.g. the zero-shot
+    families on the embedder) are served at whatever precision it is tuned to, so only the precisions every one
+    of them allows are candidates; each rider's readiness golden, at its own tolerance for that precision, is the
+    check of its answers when it is served."""
+    allowed = {p: spec for p, spec in card.precisions.items() if all(p in r.precisions for r in riders)}
+    return card if allowed == card.precisions else card.model_copy(update={"precisions": allowed})

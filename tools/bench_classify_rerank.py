@@ -18,7 +18,7 @@ import numpy as np
 import yaml
 
 from gateway.heads import decode_spans, softmax
-from sr_backend.encoder import RaggedRunner
+from sr_backend.ragged import RaggedRunner
 from tools.bench_embeddings import load_tokenizer
 from tools.benchlib import (
     ROOT,

@@ -30,7 +30,7 @@ from gateway.decisions.families.zeroshot import ZeroShot
 from gateway.decisions.questions import Question, validate
 from gateway.decisions.state import parse_state
 from gateway.runtime import ServedModel
-from sr_backend.encoder import RaggedRunner
+from sr_backend.ragged import RaggedRunner
 from tools.benchlib import (
     ROOT,
     InProcessBatcher,

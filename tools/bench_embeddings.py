@@ -2,7 +2,7 @@
 
 Both sides run the same ONNX file on the same engine and precision (the in-process side loads it with
 sr_backend.engines.load_configured from the config Triton serves: configs/tuned.pbtxt where `models tune` generated
-one), on the same cores, with the same ragged chunking code (sr_backend.encoder.RaggedRunner). The in-process
+one), on the same cores, with the same ragged chunking code (sr_backend.ragged.RaggedRunner). The in-process
 baseline batches concurrent callers the way Triton's dynamic batcher does (everything queued, up to max_batch_size
 rows, in one run), with no HTTP, JSON or gRPC: it is the ceiling. Load is closed-loop: C callers, one text per
 request. Results go to docs/benchmarks.md between markers.
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from sr_backend.encoder import RaggedRunner
+from sr_backend.ragged import RaggedRunner
 from tools.benchlib import (
     ROOT,
     InProcessBatcher,

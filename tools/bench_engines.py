@@ -1,6 +1,6 @@
 """In-process engines: rows/s and achieved GFLOP/s of each engine × precision × shape against this host's peak.
 
-Every engine runs through the same ragged runner the Triton backend uses (sr_backend.encoder.RaggedRunner over
+Every engine runs through the same ragged runner the Triton backend uses (sr_backend.ragged.RaggedRunner over
 sr_backend.engines), one instance with all the cores as threads. FLOPs per forward are counted from the graph:
 every MatMul/Gemm with a constant weight [K, N] costs 2·K·N per token, and each attention layer (one Softmax)
 2·2·L·d per token for QKᵀ and AV (d = the first weight's K, L = the padded length). The peak is nominal: cores ×
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from sr_backend.encoder import RaggedRunner
 from sr_backend.engines import SUPPORTED, EngineError, int8_path, load_engine
 from sr_backend.engines.host import Host, detect
+from sr_backend.ragged import RaggedRunner
 from tools.benchlib import ROOT, machine
 from tools.docs import replace_section
 

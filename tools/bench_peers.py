@@ -143,10 +143,10 @@ async def load(url: str, path: str, bodies: list[str], concurrency: int, seconds
 
 def inprocess_best(seconds: float) -> tuple[str, float]:
     """Rows/s of the tuned engine in-process at batch 32 × 128 tokens, all cores (the served-throughput goal)."""
-    from sr_backend.encoder import RaggedRunner
     from sr_backend.engines import configured_choice, load_configured
     from sr_backend.engines.configs import served_config
     from sr_backend.engines.host import detect
+    from sr_backend.ragged import RaggedRunner
     from tools.bench_engines import _rows, time_cell
 
     choice = configured_choice(served_config(ROOT / "model_repository" / MODEL))

@@ -26,7 +26,8 @@ from gateway.decisions.families.zeroshot import ZeroShot, ZeroShotParams
 from gateway.decisions.questions import Invalid, Question, validate
 from gateway.decisions.state import parse_state
 from gateway.runtime import ServedModel
-from sr_backend.encoder import RaggedRunner, make_session
+from sr_backend.engines.ort_engine import make_session
+from sr_backend.ragged import RaggedRunner
 from tools.reference_examples import routing_request
 
 ROOT = Path(__file__).resolve().parents[1]

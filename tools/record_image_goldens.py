@@ -76,7 +76,7 @@ def rendered_text() -> bytes:
 def ocr_golden(repo: Path) -> dict[str, Any]:
     from gateway.cards import load_card
     from gateway.images.decode import decode_image
-    from sr_backend.encoder import make_session
+    from sr_backend.engines.ort_engine import make_session
     from sr_backend.ocr import OcrPipeline
 
     card = load_card(repo / "ppocr-v4" / "card.yaml")

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..heads import ensure_finite
 from .questions import Question
 
 DIGITS = 6
@@ -51,10 +52,6 @@ def _round(x: float) -> float:
     return round(float(x), DIGITS)
 
 
-class NonFinite(ValueError):
-    pass
-
-
 def assemble(q: Question, outcome: Outcome, formulas: dict[str, str], threshold: float | None
              ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """(answers by answer id, extras: {"sets"|"spans": ...}) for one answered question."""
@@ -63,8 +60,7 @@ def assemble(q: Question, outcome: Outcome, formulas: dict[str, str], threshold:
         assert outcome.box is not None
         conf = None if np.isnan(p[0]) else _round(p[0])
         return {q.id: {"type": "box", "box": outcome.box, "confidence": conf}}, {}
-    if not np.all(np.isfinite(p)):
-        raise NonFinite("the model produced a non-finite number")
+    ensure_finite(p)
     coverage = {"input_coverage": "complete"} if q.require_full_input else {}
     if q.type == "choice":
         best = int(np.argmax(p))  # first option wins ties

@@ -19,8 +19,8 @@ from ..assets import Assets
 from ..errors import ApiError, ItemCode, ItemError, QuestionCode
 from ..runtime import Runtime, ServedModel
 from ..surfaces.common import Strict, parse, response_meta
-from ..timing import Timing
-from .answers import NonFinite, assemble
+from ..timing import Timing, charge, charge_model
+from .answers import assemble
 from .cache import Cached, ResultCache
 from .cache import key as cache_key
 from .families import Ask, Context, Family, Phases, family_for
@@ -312,8 +312,7 @@ async def plan(runtime: Runtime, model: ServedModel, req: DecisionRequest, timin
                           own_pictures=list(media.question_images.get(q.id, [])) if media else [])
                 entry.asks.append(ask)
                 asks.append(ask)
-    if timing is not None:
-        timing.add("tokenize", started)
+    charge(timing, "tokenize", started)
     return Plan(model, req, entries, asks, timing, timing.started if timing is not None else started,
                 long_context or req.options.long_context)
 
@@ -360,10 +359,8 @@ def finish(runtime: Runtime, p: Plan) -> Answered:
     _question_limits(p)
     last = max(p.phases, key=lambda x: x.done, default=Phases())
     out = {e.name: _assemble(runtime, p.model, e) for e in p.entries}
-    if p.timing is not None:
-        p.timing.ms["queue"] += last.queue_ms
-        p.timing.ms["forward"] += last.forward_ms
-        p.timing.add("post", mark)
+    charge_model(p.timing, last.queue_ms, last.forward_ms)
+    charge(p.timing, "post", mark)
     return Answered(p.model, out, any(e.name is not None for e in p.entries), last.queue_ms, last.forward_ms)
 
 
@@ -420,8 +417,8 @@ def _assemble(runtime: Runtime, model: ServedModel, entry: Entry) -> EntryAnswer
             if ask.error is None and ask.outcome is not None:
                 try:
                     got, extra = assemble(q, ask.outcome, spec.confidence, thresholds.get(q.id))
-                except NonFinite as exc:
-                    ask.fail(ItemError("invalid_model_output", str(exc)))
+                except ItemError as exc:  # a non-finite readout fails this question only
+                    ask.fail(exc)
                 else:
                     answers.update(got)
                     if "sets" in extra:
@@ -434,7 +431,7 @@ def _assemble(runtime: Runtime, model: ServedModel, entry: Entry) -> EntryAnswer
         if failure is not None:
             answers[q.id] = {"type": failure.type, "error": failure.code, "message": failure.message}
             failures.append(failure)
-        runtime.metrics.child(runtime.metrics.inputs, model.id, failure.code if failure else "ok").inc()
+        runtime.metrics.count_input(model.id, failure.code if failure else "ok")
     tokens = sum(views.values()) + question_tokens if spec.usage == "state_once" else per_question
     body: dict[str, Any] = {"model": model.id, "answers": answers}
     if spans:

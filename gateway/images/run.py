@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ItemError
 from ..runtime import Runtime, ServedModel
 from ..surfaces.jobs import PER_REQUEST_IN_FLIGHT, deadline_ns, phase_times
-from ..timing import Timing
+from ..timing import Timing, charge_model
 from ..triton import Result, TritonFailure
 from .decode import DecodedImage, ImageRejected, decode_async
 from .preprocess import PREPROCESS
@@ -101,7 +101,5 @@ async def forward_images(runtime: Runtime, model: ServedModel, jobs: list[ImageJ
     queue_ms, forward_ms = phase_times(answered, submitted)
     for e in {(r.execution.started_ns, r.execution.forward_ns): r.execution for r in answered}.values():
         runtime.metrics.child(runtime.metrics.batch_rows, model.id).observe(e.rows)
-    if timing is not None:
-        timing.ms["queue"] += queue_ms
-        timing.ms["forward"] += forward_ms
+    charge_model(timing, queue_ms, forward_ms)
     return queue_ms, forward_ms

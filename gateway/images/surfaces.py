@@ -13,10 +13,10 @@ import numpy as np
 
 from ..cards import HeadSpec
 from ..errors import ApiError, ItemError
-from ..heads import softmax
+from ..heads import ensure_finite, softmax
 from ..runtime import Runtime, ServedModel
 from ..surfaces.common import check_inputs, response_meta
-from ..timing import Timing
+from ..timing import Timing, charge
 from .content import ImagePart, image_bytes, refusal
 from .run import ImageJob, decode_jobs, forward_images
 
@@ -51,8 +51,7 @@ async def _prepare(runtime: Runtime, model: ServedModel, values: list[Any], outp
     check_inputs(model, len(values))
     jobs = _jobs(model, values)
     await decode_jobs(model, jobs)
-    if timing is not None:
-        timing.add("tokenize", started)  # decoding pictures is this surface's input preparation
+    charge(timing, "tokenize", started)  # decoding pictures is this surface's input preparation
     queue_ms, forward_ms = await forward_images(runtime, model, jobs, output, deadline_ms=deadline_ms, timing=timing)
     return jobs, queue_ms, forward_ms
 
@@ -69,15 +68,17 @@ async def embed_images(runtime: Runtime, model: ServedModel, values: list[Any], 
     prompt_tokens = 0
     for index, job in enumerate(jobs):
         entry: dict[str, Any] = {"object": "embedding", "index": index}
-        if job.result is None:
-            error = job.error or ItemError("invalid_model_output", "no answer")
-            entry.update(error=error.code, message=error.message)
-            runtime.metrics.child(runtime.metrics.inputs, model.id, error.code).inc()
-        else:
+        try:
+            if job.result is None:
+                raise job.error or ItemError("invalid_model_output", "no answer")
             entry["embedding"] = vector(job.result.values, dimension, spec.normalized, encoding_format)
+        except ItemError as error:
+            entry.update(error=error.code, message=error.message)
+            runtime.metrics.count_input(model.id, error.code)
+        else:
             entry["input"] = _usage(model)
             prompt_tokens += entry["input"]["tokens"]
-            runtime.metrics.child(runtime.metrics.inputs, model.id, "ok").inc()
+            runtime.metrics.count_input(model.id, "ok")
         data.append(entry)
     response: dict[str, Any] = {"object": "list", "data": data, "model": model.id,
                                 "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
@@ -87,8 +88,7 @@ async def embed_images(runtime: Runtime, model: ServedModel, values: list[Any], 
             "representation": {"model_sha256": model.card.model_sha256, "layer": layer, "dimension": dimension,
                                "normalized": spec.normalized, "modality": "image"},
         }
-    if timing is not None:
-        timing.add("post", mark)
+    charge(timing, "post", mark)
     return response
 
 
@@ -102,24 +102,24 @@ async def classify_images(runtime: Runtime, model: ServedModel, head: HeadSpec, 
     results: list[dict[str, Any]] = []
     input_tokens = 0
     for index, job in enumerate(jobs):
-        if job.result is None:
-            error = job.error or ItemError("invalid_model_output", "no answer")
+        try:
+            if job.result is None:
+                raise job.error or ItemError("invalid_model_output", "no answer")
+            probs = softmax(job.result.values)
+            ensure_finite(probs)
+        except ItemError as error:
             results.append({"index": index, "error": error.code, "message": error.message})
-            runtime.metrics.child(runtime.metrics.inputs, model.id, error.code).inc()
+            runtime.metrics.count_input(model.id, error.code)
             continue
-        probs = softmax(job.result.values)
-        if not np.all(np.isfinite(probs)):
-            raise ApiError("internal_error", "the model produced a non-finite number")
         usage = _usage(model)
         input_tokens += usage["processed_tokens"]
         results.append({"index": index, "probabilities": {lab: round(float(p), 6)
                                                           for lab, p in zip(head.labels, probs, strict=True)},
                         "label": head.labels[int(np.argmax(probs))], "input": usage})
-        runtime.metrics.child(runtime.metrics.inputs, model.id, "ok").inc()
+        runtime.metrics.count_input(model.id, "ok")
     response: dict[str, Any] = {"model": model.id, "head": head.name, "kind": head.kind, "labels": head.labels,
                                 "results": results, "usage": {"input_tokens": input_tokens, "output_tokens": 0}}
     if return_meta:
         response["meta"] = {**response_meta(model, queue_ms, forward_ms), "head": head.name}
-    if timing is not None:
-        timing.add("post", mark)
+    charge(timing, "post", mark)
     return response

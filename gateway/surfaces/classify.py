@@ -17,11 +17,12 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..cards import HeadSpec
 from ..errors import ApiError, ItemError, too_long
-from ..heads import best_context_windows, decode_spans, sigmoid, softmax, zero_shot
+from ..heads import best_context_windows, decode_spans, ensure_finite, sigmoid, softmax, zero_shot
 from ..images.content import ContentPart, refusal, text_of
 from ..images.surfaces import classify_images, reads_images_only
 from ..runtime import Runtime, ServedModel
 from ..text import InputTooLong, TextEncoder
+from ..timing import charge
 from .common import (
     Call,
     Strict,
@@ -193,16 +194,21 @@ def _sequence_scores(model: ServedModel, head: HeadSpec, values: np.ndarray) -> 
 
 def _answer(model: ServedModel, head: HeadSpec, item: Item, threshold: float, return_tokens: bool,
             ) -> dict[str, Any]:
+    try:
+        return _read(model, head, item, threshold, return_tokens)
+    except ItemError as error:  # fails this input only
+        return {"error": error.code, "message": error.message}
+
+
+def _read(model: ServedModel, head: HeadSpec, item: Item, threshold: float, return_tokens: bool) -> dict[str, Any]:
     failed = next((j.error for j in item.jobs if j.error is not None), None)
     if item.error is not None or failed is not None or any(j.result is None for j in item.jobs):
-        error = item.error or failed or ItemError("invalid_model_output", "no answer")
-        return {"error": error.code, "message": error.message}
+        raise item.error or failed or ItemError("invalid_model_output", "no answer")
     out: dict[str, Any] = {}
     results = [j.result.values for j in item.jobs if j.result is not None]
     if head.kind == "token":
         probs, offsets = token_probabilities(item, results)
-        if not np.all(np.isfinite(probs)):  # fails this input only (spec: invalid_model_output)
-            return {"error": "invalid_model_output", "message": "the model produced a non-finite number"}
+        ensure_finite(probs)
         out["spans"] = [s.as_dict(item.text) for s in decode_spans(probs, offsets, head.labels, threshold)]
         if return_tokens:
             out["tokens"] = [{"start": s, "end": e, "probabilities": {lab: round(float(p), 6)
@@ -212,8 +218,7 @@ def _answer(model: ServedModel, head: HeadSpec, item: Item, threshold: float, re
     else:
         per_window = [_sequence_scores(model, head, v) for v in results]
         reduced = np.max(np.stack(per_window), axis=0)
-        if not np.all(np.isfinite(reduced)):  # fails this input only (spec: invalid_model_output)
-            return {"error": "invalid_model_output", "message": "the model produced a non-finite number"}
+        ensure_finite(reduced)
         key = "probabilities" if head.kind == "sequence" else "scores"
         out[key] = {label: round(float(p), 6) for label, p in zip(head.labels, reduced, strict=True)}
         if head.kind == "sequence":
@@ -264,8 +269,7 @@ async def classify(runtime: Runtime, model: ServedModel, req: ClassifyRequest, c
     items = await off_loop_if_large(chars, _prepare_all, encoder, values, overflow, budget, tokens, overlap)
     for i, error in refused.items():  # an image or audio part on a text model fails only its own item
         items[i] = Item(error=error)
-    if timing is not None:
-        timing.add("tokenize", started)
+    charge(timing, "tokenize", started)
     jobs = [j for it in items for j in it.jobs]
     queue_ms, forward_ms = await run_jobs(runtime, model, jobs, deadline_ms=req.options.deadline_ms, timing=timing)
     mark = time.perf_counter()
@@ -274,7 +278,7 @@ async def classify(runtime: Runtime, model: ServedModel, req: ClassifyRequest, c
     input_tokens = 0
     for index, item in enumerate(items):
         answer = _answer(model, head, item, threshold, req.options.return_tokens)
-        runtime.metrics.child(runtime.metrics.inputs, model.id, answer.get("error", "ok")).inc()
+        runtime.metrics.count_input(model.id, answer.get("error", "ok"))
         if "input" in answer:
             input_tokens += answer["input"]["tokens"]  # tokens read, like every surface (spec: usage)
         results.append({"index": index, **answer})
@@ -282,8 +286,7 @@ async def classify(runtime: Runtime, model: ServedModel, req: ClassifyRequest, c
                                 "results": results, "usage": {"input_tokens": input_tokens, "output_tokens": 0}}
     if req.options.return_meta:
         response["meta"] = {**response_meta(model, queue_ms, forward_ms), "head": head.name}
-    if timing is not None:
-        timing.add("post", mark)
+    charge(timing, "post", mark)
     return response
 
 

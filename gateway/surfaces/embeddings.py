@@ -23,9 +23,11 @@ from aiohttp import web
 from pydantic import Field, StrictInt, StrictStr
 
 from ..errors import ApiError, ItemError
+from ..heads import ensure_finite
 from ..images.content import ContentPart, refusal, text_of
 from ..images.surfaces import embed_images, reads_images_only
 from ..runtime import Runtime, ServedModel
+from ..timing import charge
 from .common import (
     Call,
     Strict,
@@ -74,8 +76,7 @@ def _vector(values: np.ndarray, dimension: int, normalized: bool, fmt: str) -> A
         if normalized:
             values = values / max(float(np.linalg.norm(values)), 1e-12)
     values = values.astype("<f4", copy=False)
-    if not np.all(np.isfinite(values)):
-        raise ItemError("invalid_model_output", "the model produced a non-finite number")
+    ensure_finite(values)
     if fmt == "base64":
         return base64.b64encode(values.tobytes()).decode("ascii")
     return values  # serialised by orjson straight from the float32 array
@@ -105,29 +106,24 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
             jobs[i], encoded[i] = Job([], error=refused), None
         elif len(spec.layers) > 1:  # only a model that pools several layers takes LAYER
             jobs[i].layer = layer
-    if timing is not None:
-        timing.add("tokenize", started)
+    charge(timing, "tokenize", started)
     queue_ms, forward_ms = await run_jobs(runtime, model, jobs, deadline_ms=req.options.deadline_ms, timing=timing)
     mark = time.perf_counter()
     data: list[dict[str, Any]] = []
     prompt_tokens = 0
     for index, (job, item) in enumerate(zip(jobs, encoded, strict=True)):
         entry: dict[str, Any] = {"object": "embedding", "index": index}
-        if job.result is None or item is None:
-            error = job.error or ItemError("invalid_model_output", "no answer")
+        try:
+            if job.result is None or item is None:
+                raise job.error or ItemError("invalid_model_output", "no answer")
+            entry["embedding"] = _vector(job.result.values, dimension, spec.normalized, req.encoding_format)
+        except ItemError as error:  # fails this input only
             entry.update(error=error.code, message=error.message)
-            runtime.metrics.child(runtime.metrics.inputs, model.id, error.code).inc()
+            runtime.metrics.count_input(model.id, error.code)
         else:
-            try:
-                entry["embedding"] = _vector(job.result.values, dimension, spec.normalized, req.encoding_format)
-            except ItemError as exc:  # a non-finite output fails this input only
-                entry.update(error=exc.code, message=exc.message)
-                runtime.metrics.child(runtime.metrics.inputs, model.id, exc.code).inc()
-                data.append(entry)
-                continue
             entry["input"] = input_usage(item)
             prompt_tokens += item.tokens
-            runtime.metrics.child(runtime.metrics.inputs, model.id, "ok").inc()
+            runtime.metrics.count_input(model.id, "ok")
         data.append(entry)
     response: dict[str, Any] = {"object": "list", "data": data, "model": model.id,
                                 "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}}
@@ -137,8 +133,7 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
             "representation": {"model_sha256": model.card.model_sha256, "layer": layer, "dimension": dimension,
                                "normalized": spec.normalized, "modality": "text"},
         }
-    if timing is not None:
-        timing.add("post", mark)
+    charge(timing, "post", mark)
     return response
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..errors import ApiError, ItemError, too_long
 from ..runtime import Runtime, ServedModel
 from ..text import Encoded, InputTooLong
-from ..timing import Timing
+from ..timing import Timing, charge_model
 from ..triton import Result, TritonFailure
 
 # Most Triton calls one HTTP request keeps in flight. The gRPC channel carries a bounded number of concurrent
@@ -210,7 +210,5 @@ async def run_jobs(runtime: Runtime, model: ServedModel, jobs: list[Job], *, dea
         runtime.metrics.child(runtime.metrics.batch_rows, model.id).observe(e.rows)
         runtime.metrics.child(runtime.metrics.batch_tokens, model.id).observe(e.tokens)
     runtime.metrics.child(runtime.metrics.input_tokens, model.id).inc(sum(len(j.ids) for j in runnable))
-    if timing is not None:
-        timing.ms["queue"] += queue_ms
-        timing.ms["forward"] += forward_ms
+    charge_model(timing, queue_ms, forward_ms)
     return queue_ms, forward_ms

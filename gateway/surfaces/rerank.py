@@ -11,7 +11,6 @@ document (empty, too long, deadline) fails alone; failed documents come last and
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from typing import Any, Literal
@@ -21,8 +20,10 @@ from aiohttp import web
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..errors import ApiError, ErrorCode, ItemError
+from ..heads import ensure_finite, sigmoid
 from ..runtime import Runtime, ServedModel
 from ..text import Encoded, InputTooLong, TextEncoder, UnsupportedTokenizer
+from ..timing import charge
 from .common import (
     Call,
     Strict,
@@ -61,19 +62,6 @@ def _budget(req: RerankRequest, model: ServedModel) -> int:
     return token_budget(model, req.options.max_tokens)
 
 
-def _sigmoid(x: float) -> float:
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
-
-
-def _finite(x: float) -> float:
-    if not math.isfinite(x):
-        raise ApiError("internal_error", "the model produced a non-finite number")
-    return x
-
-
 # -- bi-encoder ---------------------------------------------------------------------------------------------------
 def _bi_jobs(req: RerankRequest, encoder: TextEncoder, budget: int,
              ) -> tuple[Job, Encoded, list[Job], list[Encoded | None]]:
@@ -91,8 +79,30 @@ def _bi_jobs(req: RerankRequest, encoder: TextEncoder, budget: int,
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
     norm = float(np.linalg.norm(a) * np.linalg.norm(b))
-    cos = _finite(float(a @ b) / max(norm, 1e-12))
+    cos = float(a @ b) / max(norm, 1e-12)
+    ensure_finite(cos)
     return min(1.0, max(-1.0, cos))
+
+
+def _score(job: Job, query_job: Job | None, query_error: ItemError | None) -> tuple[float, float]:
+    """(logit, relevance score) of one document: the cosine to the query's vector, mapped to [0, 1] (bi-encoder),
+    or the sigmoid of the pair's one logit (cross-encoder); an ItemError fails this document only."""
+    if job.error is not None:
+        raise job.error
+    if query_error is not None:
+        raise query_error
+    if job.result is None:
+        raise ItemError("invalid_model_output", "no answer")
+    values = job.result.values
+    if query_job is not None:
+        assert query_job.result is not None
+        cos = _cosine(query_job.result.values, values)
+        return cos, (1.0 + cos) / 2.0
+    if values.size != 1:
+        raise ItemError("invalid_model_output", f"the model gave {values.size} values for a pair, not 1")
+    logit = float(values.reshape(-1)[0])
+    ensure_finite(logit)
+    return logit, float(sigmoid(logit))
 
 
 # -- cross-encoder ------------------------------------------------------------------------------------------------
@@ -165,8 +175,7 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
     else:
         jobs, encoded = await off_loop_if_large(chars, _cross_jobs, req, encoder, budget)
         everything = jobs
-    if timing is not None:
-        timing.add("tokenize", started)
+    charge(timing, "tokenize", started)
     queue_ms, forward_ms = await run_jobs(runtime, model, everything, deadline_ms=req.options.deadline_ms,
                                          timing=timing)
     mark = time.perf_counter()
@@ -182,34 +191,20 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
     ranked: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     for index, (job, enc) in enumerate(zip(jobs, encoded, strict=True)):
-        error = job.error
-        score = logit = 0.0
-        if error is None and query_error is not None:
-            error = query_error
-        elif error is None and job.result is None:
-            error = ItemError("invalid_model_output", "no answer")
-        elif error is None and job.result is not None:
-            values = job.result.values
-            if query_job is not None:
-                assert query_job.result is not None
-                logit = _cosine(query_job.result.values, values)
-                score = (1.0 + logit) / 2.0
-            elif values.size == 1:
-                logit = _finite(float(values.reshape(-1)[0]))
-                score = _sigmoid(logit)
-            else:
-                error = ItemError("invalid_model_output", f"the model gave {values.size} values for a pair, not 1")
-        if error is not None or enc is None:
-            error = error or ItemError("invalid_model_output", "no answer")
+        try:
+            logit, score = _score(job, query_job, query_error)
+            if enc is None:
+                raise ItemError("invalid_model_output", "no answer")
+        except ItemError as error:  # fails this document only
             failed.append({"index": index, "error": error.code, "message": error.message})
-            runtime.metrics.child(runtime.metrics.inputs, model.id, error.code).inc()
+            runtime.metrics.count_input(model.id, error.code)
             continue
         entry: dict[str, Any] = {"index": index, "relevance_score": score, "logit": logit}
         if req.return_documents:
             entry["document"] = {"text": req.documents[index]}
         entry["input"] = input_usage(enc)
         input_tokens += enc.tokens
-        runtime.metrics.child(runtime.metrics.inputs, model.id, "ok").inc()
+        runtime.metrics.count_input(model.id, "ok")
         ranked.append(entry)
     # Highest score first; equal scores by logit (sigmoid saturates) and then in request order.
     ranked.sort(key=lambda e: (-e["relevance_score"], -e["logit"], e["index"]))
@@ -219,8 +214,7 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
                                 "usage": {"input_tokens": input_tokens, "output_tokens": 0}}
     if req.options.return_meta:
         response["meta"] = response_meta(model, queue_ms, forward_ms)
-    if timing is not None:
-        timing.add("post", mark)
+    charge(timing, "post", mark)
     return response
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,20 @@ def choice_of(text: str) -> dict[str, str]:
             "int8_recipe": params.get("int8_recipe", DEFAULTS["int8_recipe"])}
 
 
+def parameters(config: Mapping[str, Any]) -> dict[str, str]:
+    """A Triton model config's (JSON form: what `initialize()` and gRPC `ModelConfig` give) string parameters."""
+    params = config.get("parameters") or {}
+    return {str(k): str((v or {}).get("string_value", "")) for k, v in params.items()}
+
+
+def model_parameter(config: Mapping[str, Any], key: str, default: str) -> str:
+    """One string parameter of a JSON model config, else `default` (an empty value counts as unset)."""
+    return parameters(config).get(key) or default
+
+
 def choice_of_loaded(config: dict[str, Any]) -> dict[str, str]:
     """The same from the JSON model config Triton reports for a loaded model (gRPC `ModelConfig`)."""
-    params = {k: str(v.get("string_value", "")) for k, v in (config.get("parameters") or {}).items()}
+    params = parameters(config)
     groups = config.get("instance_group") or []
     instances = sum(int(g.get("count", 1)) for g in groups) if groups else int(DEFAULTS["instances"])
     return {"engine": params.get("engine") or DEFAULTS["engine"],

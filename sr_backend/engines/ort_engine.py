@@ -43,10 +43,15 @@ class OrtEngine:
     def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         return np.asarray(self.session.run([self.output], feed)[0])
 
+    def forward_all(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = [o.name for o in self.session.get_outputs()]
+        return {n: np.asarray(v) for n, v in zip(names, self.session.run(names, feed), strict=True)}
+
 
 QUANT_RECIPE = "dynamic QInt8 MatMul per-channel reduce-range v1"
 STATIC_RECIPE = "static QDQ QUInt8 activations / QInt8 per-channel weights MatMul reduce-range MinMax v1"
 RECIPES = {"dynamic": QUANT_RECIPE, "static": STATIC_RECIPE}
+QUANT_OPS = ("MatMul",)  # text models; the image conv nets' int8 also quantises Conv and Gemm (sr_build/tune.py)
 
 
 def calibration_digest(calibration: list[dict[str, np.ndarray]]) -> str:
@@ -60,12 +65,14 @@ def calibration_digest(calibration: list[dict[str, np.ndarray]]) -> str:
 
 
 def ensure_int8(source: Path, target: Path, recipe: str = "dynamic",
-                calibration: list[dict[str, np.ndarray]] | None = None) -> bool:
-    """Quantise unless `target` was made from this `source` by this recipe (and, static, these calibration rows:
-    recorded beside it); True if made."""
+                calibration: list[dict[str, np.ndarray]] | None = None,
+                op_types: tuple[str, ...] = QUANT_OPS) -> bool:
+    """Quantise unless `target` was made from this `source` by this recipe (and, static, these calibration rows;
+    dynamic, these op types: recorded beside it); True if made."""
     stamp = target.with_name(target.name + ".recipe")
     rows = f" calibration {calibration_digest(calibration)}" if recipe == "static" and calibration else ""
-    want = f"{RECIPES[recipe]}{rows}\n{source.stat().st_size} {source.stat().st_mtime_ns}\n"
+    ops = f" ops {','.join(op_types)}" if recipe == "dynamic" and op_types != QUANT_OPS else ""
+    want = f"{RECIPES[recipe]}{rows}{ops}\n{source.stat().st_size} {source.stat().st_mtime_ns}\n"
     if target.is_file() and stamp.is_file() and stamp.read_text() == want:
         return False
     if recipe == "static":
@@ -73,12 +80,12 @@ def ensure_int8(source: Path, target: Path, recipe: str = "dynamic",
             raise ValueError("static int8 needs calibration rows")
         quantize_int8_static(source, target, calibration)
     else:
-        quantize_int8(source, target)
+        quantize_int8(source, target, op_types)
     stamp.write_text(want)
     return True
 
 
-def quantize_int8(source: Path, target: Path) -> None:
+def quantize_int8(source: Path, target: Path, op_types: tuple[str, ...] = QUANT_OPS) -> None:
     """Dynamic quantisation of the MatMul weights (per channel, signed 7-bit range); activations are quantised per
     forward. The reduced range avoids the u8s8 saturation of AVX2 kernels without VNNI (measured on MiniLM: min
     cosine 0.990 vs 0.985 at full range). Written to a temporary name first so a crash never leaves a half file."""
@@ -86,7 +93,7 @@ def quantize_int8(source: Path, target: Path) -> None:
 
     partial = target.with_name(target.name + ".partial")
     quantize_dynamic(str(source), str(partial), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True,
-                     op_types_to_quantize=["MatMul"])
+                     op_types_to_quantize=list(op_types))
     partial.replace(target)
 
 

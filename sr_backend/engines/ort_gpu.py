@@ -45,12 +45,6 @@ class GpuRequest:
         return GPU_PROVIDERS[self.execution_provider]
 
 
-def config_parameters(config: Mapping[str, Any]) -> dict[str, str]:
-    """A Triton model config's (JSON form) string parameters as a flat dict."""
-    params = config.get("parameters") or {}
-    return {str(k): str((v or {}).get("string_value", "")) for k, v in params.items()}
-
-
 def _flag(params: Mapping[str, str], key: str) -> bool:
     value = params.get(key, "0").strip().lower()
     if value in ("1", "true"):
@@ -143,3 +137,7 @@ class OrtGpuEngine:
 
     def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         return np.asarray(self.session.run([self.output], feed)[0])
+
+    def forward_all(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = [o.name for o in self.session.get_outputs()]
+        return {n: np.asarray(v) for n, v in zip(names, self.session.run(names, feed), strict=True)}

@@ -27,6 +27,7 @@ class FakeEngine:
     delay_s: float = 0.0
     hold: Callable[[list[int]], bool] = lambda ids: False  # held until `release` is set
     fail: Callable[[list[int]], TritonFailure | None] = lambda ids: None
+    poison: Callable[[list[int]], bool] = lambda ids: False  # answered with NaN (a model gone numerically wrong)
     release: asyncio.Event = field(default_factory=asyncio.Event)
     started: int = 0
     finished: int = 0
@@ -61,6 +62,7 @@ class FakeEngine:
         self.started += 1
         self.calls.append(list(ids))
         self.layers.append(layer)
+        poisoned = self.poison(ids)  # decided at the call (tests pick a call by its order)
         try:
             if self.hold(ids):
                 await self.release.wait()
@@ -76,7 +78,7 @@ class FakeEngine:
             self.cancelled += 1
             raise
         self.finished += 1
-        values = np.full(self.dimension, float(len(ids)), dtype=np.float32)
+        values = np.full(self.dimension, np.nan if poisoned else float(len(ids)), dtype=np.float32)
         return Result(values / np.linalg.norm(values), Execution(begun, time.time_ns() - begun, 1, len(ids)),
                       submitted, time.time_ns())
 

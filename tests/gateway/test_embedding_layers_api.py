@@ -14,8 +14,8 @@ import pytest
 
 from gateway.cards import load_card
 from gateway.triton import Result, Triton, TritonFailure
-from sr_backend.encoder import RaggedRunner, Row
 from sr_backend.engines import load_engine
+from sr_backend.ragged import RaggedRunner, Row
 from sr_build.recipes.sentence_embedding import reference_embeddings
 from sr_build.sources import package_dir
 

@@ -16,12 +16,12 @@ import pytest
 
 from gateway import cli
 from gateway.cards import Card, PrecisionSpec, discover, load_card
-from gateway.runtime import ServedModel, apply_loaded_config
-from sr_backend.encoder import RaggedRunner
+from gateway.runtime import ServedModel, apply_loaded_config, served_precision
 from sr_backend.engines import EngineError, configured_choice, int8_path, load_configured, load_engine
 from sr_backend.engines.configs import generated_config, is_stale, refresh
 from sr_backend.engines.host import detect
 from sr_backend.engines.ort_engine import quantize_int8
+from sr_backend.ragged import RaggedRunner
 from sr_build import tune
 
 from .conftest import free_port, start, stop, wait_for
@@ -68,6 +68,21 @@ def test_openvino_and_onnxruntime_give_the_same_embeddings_through_the_ragged_ru
     assert stats.chunks > 1 and stats.rows == len(rows)  # the chunking is the runner's, whatever the engine
     for a, b in zip(reference, other, strict=True):
         assert float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b))) > 0.99999
+
+
+def test_openvino_fp32_is_fp32_on_every_cpu_not_int8_activations_behind_an_f32_hint() -> None:
+    """On VNNI/AVX-512 CPUs OpenVINO quantises fully-connected activations on the fly unless told not to; the PII
+    tagger's logits then moved by 0.2 and two tokens changed label (AMD EPYC with avx512_vnni, 2026-12-01)."""
+    card = discover(REPO, ["pii-rampart"])[0]
+    onnx = card.version_dir / "model.onnx"
+    rows = tune.verification_rows(card)
+    reference, _ = RaggedRunner(load_engine("onnxruntime", "fp32", onnx, 1), max_batch_tokens=256).run(rows)
+    engine = load_engine("openvino", "fp32", onnx, 1)
+    assert int(engine.compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")) == 0  # type: ignore[attr-defined]
+    other, _ = RaggedRunner(engine, max_batch_tokens=256).run(rows)
+    for a, b in zip(reference, other, strict=True):
+        assert float(np.max(np.abs(a - b))) < 1e-3
+        assert np.array_equal(a.argmax(-1), b.argmax(-1))
 
 
 def test_an_engine_without_the_precision_or_a_cpu_without_native_bf16_is_refused_with_a_reason() -> None:
@@ -268,3 +283,18 @@ def test_static_int8_calibrates_on_real_request_texts_not_on_the_verification_te
     verification = {tuple(r.tolist()) for r in tune.verification_rows(card)}
     assert not any(tuple(f["input_ids"][0].tolist()) in verification for f in feeds)
     assert len({f["input_ids"].shape[1] for f in feeds}) > 1  # each row at its own length, no padding calibrated
+
+
+def test_a_model_other_cards_ride_on_is_offered_only_the_precisions_every_rider_allows() -> None:
+    """The zero-shot families run on MiniLM's Triton graph: its precision is theirs, so a precision one of them
+    does not allow (int8) is never a candidate, and each rider's golden has its own tolerance at the others."""
+    cards = discover(REPO, None)
+    minilm = next(c for c in cards if c.id == MODEL)
+    riders = [c for c in cards if c.triton_name == MODEL and c.id != MODEL]
+    assert {c.id for c in riders} == {"domain-zeroshot", "decision-zeroshot"}
+    assert set(minilm.precisions) == {"int8", "bf16"}
+    assert set(tune.with_riders(minilm, riders).precisions) == {"bf16"}
+    assert tune.with_riders(minilm, []) is minilm
+    for rider in riders:  # served at bf16, a rider's golden is checked at the tolerance its card states for bf16
+        served, _ = served_precision(rider, {"engine": "openvino", "precision": "bf16", "threads": "2"})
+        assert served.golden is not None and served.golden.tolerance == rider.precisions["bf16"].golden_tolerance

@@ -137,3 +137,44 @@ async def test_a_model_not_ready_is_503_with_retry_after_5_on_every_surface(stac
     r = await stack.client.post("/v1/bundle", json={"tasks": [{"id": "a", "embeddings": {"model": MODEL,
                                                                                           "input": "x"}}]})
     assert r.status == 200 and (await r.json())["results"][0]["status"] == 503
+
+
+@pytest.mark.parametrize("surface", ["embeddings", "rerank", "classify", "image classify", "image embeddings"])
+async def test_a_non_finite_model_output_fails_only_that_input_on_every_surface(surface: str) -> None:
+    """The spec makes a NaN/inf readout that input's invalid_model_output; its siblings are answered (200)."""
+    from .image_samples import image_part, photo
+
+    model = {"classify": "prompt-guard", "image classify": "efficientnet-lite0",
+             "image embeddings": "efficientnet-lite0"}.get(surface, MODEL)
+    async with served_by_fake(model) as (client, engine):
+        if surface == "classify":
+            engine.dimension = len(runtime_labels(client, model))
+        elif surface == "image classify":
+            engine.dimension = 1000
+        elif surface == "image embeddings":
+            engine.dimension = 1280
+        if surface.startswith("image"):
+            pictures = [image_part(photo("coffee.png")), image_part(photo("rocket.jpg"), "image/jpeg")]
+            engine.poison = lambda ids: engine.started == 2  # the second picture
+            path = "/v1/classify" if surface == "image classify" else "/v1/embeddings"
+            r = await client.post(path, json={"model": model, "input": pictures})
+        else:
+            engine.poison = lambda ids: len(ids) > LONG
+            texts = ["short", "a much longer input with many more words in it than twelve ids"]
+            if surface == "rerank":
+                r = await client.post("/v1/rerank", json={"model": model, "query": "q", "documents": texts})
+            else:
+                r = await client.post(f"/v1/{surface}", json={"model": model, "input": texts})
+        body = await r.json()
+    assert r.status == 200, body
+    items = body.get("data") or body.get("results")
+    if surface == "rerank":  # ranked documents first, failed ones last
+        assert [x["index"] for x in items] == [0, 1] and "relevance_score" in items[0]
+    assert "error" not in items[0], items[0]
+    assert items[1]["error"] == "invalid_model_output" and "non-finite" in items[1]["message"]
+
+
+def runtime_labels(client: TestClient, model: str) -> list[str]:  # type: ignore[type-arg]
+    heads = client.server.app[RUNTIME_KEY].models[model].card.heads
+    assert heads is not None
+    return list(heads[0].labels)

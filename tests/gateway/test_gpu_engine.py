@@ -16,7 +16,8 @@ import onnxruntime as ort
 import pytest
 
 from sr_backend.engines import EngineError, load_engine
-from sr_backend.engines.ort_gpu import GpuRequest, config_parameters, gpu_request
+from sr_backend.engines.configs import parameters
+from sr_backend.engines.ort_gpu import GpuRequest, gpu_request
 from sr_build import gpu
 
 from .conftest import ROOT, free_port, start, stop, wait_for
@@ -56,7 +57,7 @@ def gpu_variant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch | None = None) -
 def test_a_cpu_config_asks_for_no_gpu_session() -> None:
     config = triton_config(ROOT / "model_repository" / MODEL / "config.pbtxt")
     assert "execution_provider" not in config["parameters"]
-    assert gpu_request(config_parameters(config), Path("/v"), 0, "CPU") is None
+    assert gpu_request(parameters(config), Path("/v"), 0, "CPU") is None
     assert gpu_request({"execution_provider": "cpu"}, Path("/v"), 0, "CPU") is None
 
 
@@ -64,7 +65,7 @@ def test_a_tensorrt_config_gives_tensorrt_then_cuda_then_cpu_on_the_instance_gpu
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model_dir, built = gpu_variant(tmp_path, monkeypatch)
     version_dir = model_dir / "1"
-    request = gpu_request(config_parameters(triton_config(model_dir / "config.pbtxt")), version_dir, 3, "GPU")
+    request = gpu_request(parameters(triton_config(model_dir / "config.pbtxt")), version_dir, 3, "GPU")
     assert request is not None and request.execution_provider == "tensorrt" and request.device_id == 3
     trt, cuda, cpu = request.providers
     assert cuda == ("CUDAExecutionProvider", {"device_id": 3}) and cpu == "CPUExecutionProvider"
@@ -81,7 +82,7 @@ def test_a_tensorrt_config_gives_tensorrt_then_cuda_then_cpu_on_the_instance_gpu
 
 def test_an_fp32_config_turns_fp16_off_and_cuda_alone_has_no_tensorrt_options(tmp_path: Path) -> None:
     model_dir, _ = gpu_variant(tmp_path)  # configs only: fp16 not decided, so off
-    params = config_parameters(triton_config(model_dir / "config.pbtxt"))
+    params = parameters(triton_config(model_dir / "config.pbtxt"))
     request = gpu_request(params, model_dir / "1", 0, "GPU")
     assert request is not None and request.fp16 is False
     assert isinstance(request.providers[0], tuple) and request.providers[0][1]["trt_fp16_enable"] is False

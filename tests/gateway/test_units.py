@@ -14,7 +14,8 @@ from gateway.errors import ApiError
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-from sr_backend.encoder import RaggedRunner, make_session, plan_chunks
+from sr_backend.engines.ort_engine import make_session
+from sr_backend.ragged import RaggedRunner, plan_chunks
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 

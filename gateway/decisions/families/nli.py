@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...cards import HeadSpec
-from ...errors import ItemError
+from ...errors import ItemError, too_long
+from ...heads import softmax
 from ...runtime import ServedModel
 from ...surfaces.jobs import Job, run_jobs
 from ...text import InputTooLong
@@ -94,7 +95,7 @@ class Nli(Family):
                 try:
                     enc = encoder.encode_pair(ask.view.text, hypothesis, max_tokens=limit, overflow="reject")
                 except InputTooLong as exc:
-                    ask.fail(ItemError("max_length_exceeded", exc.message))
+                    ask.fail(too_long(exc))
                     continue
                 jobs[key] = Job(enc.ids, enc.type_ids)
                 ask.question_tokens += len(enc.ids) - ask.view_tokens
@@ -113,12 +114,9 @@ class Nli(Family):
         return [Phases.of(queue_ms, forward_ms)]
 
     def _probabilities(self, q: Question, logits: np.ndarray) -> np.ndarray:
-        if q.type == "choice":
-            z = logits[:, self.entailment]
-            e = np.exp(z - z.max())
-            return np.asarray(e / e.sum())
-        per_pair = np.exp(logits - logits.max(axis=1, keepdims=True))
-        entail = per_pair[:, self.entailment] / per_pair.sum(axis=1)
+        if q.type == "choice":  # options compete: a softmax over their entailment logits
+            return softmax(logits[:, self.entailment])
+        entail = softmax(logits)[:, self.entailment]  # each hypothesis alone: P(entailment) of its pair
         if q.type == "noul":
             return np.asarray([1.0 - entail[0], entail[0]])
         return np.asarray(entail)

@@ -14,15 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
 from .engines import Engine
-from .engines.ort_engine import OrtEngine, make_session
+from .engines.ort_engine import OrtEngine
 
-__all__ = ["BatchStats", "RaggedRunner", "Row", "make_session", "plan_chunks"]
+__all__ = ["BatchStats", "RaggedRunner", "Row", "plan_chunks"]
 
 
 @dataclass(frozen=True)
@@ -102,9 +101,3 @@ class RaggedRunner:
         """Pooled graphs only: the rows' vectors stacked as one [rows, D] array."""
         vectors, stats = self.run(rows)
         return np.stack(vectors), stats
-
-
-def model_parameter(config: dict[str, Any], key: str, default: str) -> str:
-    """A string parameter of a Triton model config (`parameters: {key: {string_value: ...}}`), else `default`."""
-    value = config.get("parameters", {}).get(key, {}).get("string_value")
-    return str(value) if value not in (None, "") else default
