@@ -95,7 +95,11 @@ def served_precision(card: Card, choice: dict[str, str] | None = None) -> tuple[
     spec = card.precisions.get(choice["precision"])  # type: ignore[call-overload]
     if card.golden is not None and spec is not None and spec.golden_tolerance is not None:
         card = card.model_copy(update={"golden": card.golden.model_copy(update={"tolerance": spec.golden_tolerance})})
-    return card, {"engine": choice["engine"], "precision": choice["precision"], "threads": int(choice["threads"])}
+    engine: dict[str, Any] = {"engine": choice["engine"], "precision": choice["precision"],
+                              "threads": int(choice["threads"])}
+    if choice["precision"] == "int8":  # which quantised copy runs (ort_engine.RECIPES)
+        engine["int8_recipe"] = choice["int8_recipe"]
+    return card, engine
 
 
 def apply_loaded_config(model: ServedModel, config: dict[str, Any]) -> None:

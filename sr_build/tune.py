@@ -692,9 +692,7 @@ def write_config(model_dir: Path, choice: Choice) -> Path:
 
 def read_config_choice(model_dir: Path) -> dict[str, str]:
     """The engine parameters of the config Triton will load for this model (generated, else config.pbtxt)."""
-    from sr_backend.engines.configs import choice_of, served_config
-
-    return choice_of(served_config(model_dir).read_text())
+    return _engines().served_choice(model_dir)
 
 
 def tunable(card: Card) -> bool:

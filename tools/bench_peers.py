@@ -143,13 +143,12 @@ async def load(url: str, path: str, bodies: list[str], concurrency: int, seconds
 
 def inprocess_best(seconds: float) -> tuple[str, float]:
     """Rows/s of the tuned engine in-process at batch 32 × 128 tokens, all cores (the served-throughput goal)."""
-    from sr_backend.engines import configured_choice, load_configured
-    from sr_backend.engines.configs import served_config
+    from sr_backend.engines import load_configured, served_choice
     from sr_backend.engines.host import detect
     from sr_backend.ragged import RaggedRunner
     from tools.bench_engines import _rows, time_cell
 
-    choice = configured_choice(served_config(ROOT / "model_repository" / MODEL))
+    choice = served_choice(ROOT / "model_repository" / MODEL)
     engine = load_configured(ROOT / "model_repository" / MODEL, detect().cores)
     per = time_cell(RaggedRunner(engine), _rows(30522, 32, 128, 7), seconds)
     return f"{choice['engine']}/{choice['precision']}", 32 / per
@@ -229,10 +228,9 @@ def main() -> None:
     if args.install_only:
         print(f"infinity installed in {VENV}")
         return
-    from sr_backend.engines import configured_choice
-    from sr_backend.engines.configs import served_config
+    from sr_backend.engines import served_choice
 
-    choice = configured_choice(served_config(ROOT / "model_repository" / MODEL))  # what Triton will load
+    choice = served_choice(ROOT / "model_repository" / MODEL)  # what Triton will load
     served = f"{choice['engine']}/{choice['precision']}, {choice['instances']} × {choice['threads']} threads"
     bodies = {w: texts(n) for w, n in WORKLOADS.items()}
     meter = LoadMeter()

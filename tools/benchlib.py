@@ -65,12 +65,11 @@ class Baseline:
 
 
 def served_baseline(model: str, threads: int = 0) -> Baseline:
-    from sr_backend.engines import configured_choice, load_configured
-    from sr_backend.engines.configs import served_config
+    from sr_backend.engines import load_configured, served_choice
 
     model_dir = ROOT / "model_repository" / model
     threads = threads or os.cpu_count() or 1
-    return Baseline(model, load_configured(model_dir, threads), configured_choice(served_config(model_dir)), threads)
+    return Baseline(model, load_configured(model_dir, threads), served_choice(model_dir), threads)
 
 
 def free_port() -> int:

@@ -80,12 +80,17 @@ def configured_choice(config: Path) -> dict[str, str]:
     return choice_of(config.read_text()) if config.is_file() else dict(DEFAULTS)
 
 
+def served_choice(model_dir: Path) -> dict[str, str]:
+    """The choice in the config Triton loads for this model directory (configs/tuned.pbtxt, else config.pbtxt)."""
+    from .configs import served_config
+
+    return configured_choice(served_config(model_dir))
+
+
 def load_configured(model_dir: Path, threads: int = 0) -> Engine:
     """The engine, precision and threads of the config Triton serves this model with (configs/tuned.pbtxt where
     `models tune` generated one, else config.pbtxt), in-process: benchmark baselines use this so they compare like
     with like. `threads` overrides the config's intra_op_threads (0: the config's)."""
-    from .configs import served_config
-
-    choice = configured_choice(served_config(model_dir))
+    choice = served_choice(model_dir)
     return load_engine(choice["engine"], choice["precision"], model_dir / "1" / "model.onnx",
                        threads or int(choice["threads"]), recipe=choice["int8_recipe"])

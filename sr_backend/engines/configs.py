@@ -66,6 +66,11 @@ def choice_of_loaded(config: dict[str, Any]) -> dict[str, str]:
     params = parameters(config)
     groups = config.get("instance_group") or []
     instances = sum(int(g.get("count", 1)) for g in groups) if groups else int(DEFAULTS["instances"])
+    provider = params.get("execution_provider", "").strip().lower()
+    if provider in ("tensorrt", "cuda"):  # a GPU variant (sr_build/gpu.py): the CPU tuner's choice does not apply
+        fp16 = provider == "tensorrt" and params.get("trt_fp16", "0").strip().lower() in ("1", "true")
+        return {"engine": provider, "precision": "fp16" if fp16 else "fp32", "threads": "0",
+                "instances": str(instances), "int8_recipe": DEFAULTS["int8_recipe"]}
     return {"engine": params.get("engine") or DEFAULTS["engine"],
             "precision": params.get("precision") or DEFAULTS["precision"],
             "threads": params.get("intra_op_threads") or DEFAULTS["threads"], "instances": str(instances),

@@ -16,7 +16,7 @@ import pytest
 
 from gateway import cli
 from gateway.cards import Card, PrecisionSpec, discover, load_card
-from gateway.runtime import ServedModel, apply_loaded_config, served_precision
+from gateway.runtime import ServedModel, apply_loaded_config, served_dtype, served_engine, served_precision
 from sr_backend.engines import EngineError, configured_choice, int8_path, load_configured, load_engine
 from sr_backend.engines.configs import generated_config, is_stale, refresh
 from sr_backend.engines.host import detect
@@ -261,11 +261,27 @@ def test_the_gateway_serves_the_precision_triton_reports_it_loaded_not_the_local
                              "intra_op_threads": {"string_value": "2"}},
               "instance_group": [{"kind": "KIND_CPU", "count": 1}]}
     apply_loaded_config(model, loaded)
-    assert model.engine == {"engine": "onnxruntime", "precision": "int8", "threads": 2}
+    assert model.engine == {"engine": "onnxruntime", "precision": "int8", "threads": 2, "int8_recipe": "dynamic"}
     assert model.card.golden is not None and model.card.golden.tolerance == spec.golden_tolerance
     apply_loaded_config(model, {"parameters": {}, "instance_group": [{"kind": "KIND_CPU", "count": 2}]})
     assert model.engine == {"engine": "onnxruntime", "precision": "fp32", "threads": 0}
     assert model.card.golden.tolerance == card.golden.tolerance  # back to the card's own fp32 tolerance
+
+
+def test_a_gpu_variant_reports_its_own_provider_and_fp16_not_the_cpu_tuners_choice() -> None:
+    card = _card()
+    model = ServedModel(card, written=card)
+    gpu = {"engine": {"string_value": "openvino"}, "precision": {"string_value": "bf16"},  # left by the CPU tuner
+           "execution_provider": {"string_value": "tensorrt"}, "trt_fp16": {"string_value": "1"}}
+    apply_loaded_config(model, {"parameters": gpu, "instance_group": [{"kind": "KIND_GPU", "count": 1}]})
+    assert model.engine == {"engine": "tensorrt", "precision": "fp16", "threads": 0}
+    assert served_dtype(model) == "fp16" and served_engine(model) == "triton/tensorrt"
+    gpu["trt_fp16"] = {"string_value": "0"}
+    apply_loaded_config(model, {"parameters": gpu, "instance_group": [{"kind": "KIND_GPU", "count": 1}]})
+    assert model.engine["precision"] == "fp32"
+    gpu["execution_provider"] = {"string_value": "cuda"}
+    apply_loaded_config(model, {"parameters": gpu, "instance_group": [{"kind": "KIND_GPU", "count": 1}]})
+    assert model.engine == {"engine": "cuda", "precision": "fp32", "threads": 0}
 
 
 def test_static_int8_lives_beside_the_dynamic_copy_and_an_unknown_recipe_is_refused(tmp_path: Path) -> None:
