@@ -28,7 +28,7 @@ from gateway.cards import Card, PrecisionSpec, discover
 
 from .sources import sha256_file
 
-TUNE_FORMAT = 6  # 6: OpenVINO fp32/bf16 without on-the-fly int8 activations (openvino_engine.py)
+TUNE_FORMAT = 7  # 6: OpenVINO fp32/bf16 without on-the-fly int8 activations; 7: OpenVINO threads unpinned
 # the card's typical shapes: one request alone (latency) and a dynamic batch of them (throughput)
 LATENCY_SHAPE = (1, 128)
 THROUGHPUT_SHAPE = (16, 128)

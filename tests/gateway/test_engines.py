@@ -85,6 +85,12 @@ def test_openvino_fp32_is_fp32_on_every_cpu_not_int8_activations_behind_an_f32_h
         assert np.array_equal(a.argmax(-1), b.argmax(-1))
 
 
+def test_openvino_leaves_thread_placement_to_the_os_so_separate_instances_do_not_share_a_core() -> None:
+    """Triton runs each instance in its own process; pinned, each pinned its threads from core 0 on."""
+    engine = load_engine("openvino", "fp32", _card().version_dir / "model.onnx", 1)
+    assert engine.compiled.get_property("ENABLE_CPU_PINNING") is False  # type: ignore[attr-defined]
+
+
 def test_an_engine_without_the_precision_or_a_cpu_without_native_bf16_is_refused_with_a_reason() -> None:
     onnx = _card().version_dir / "model.onnx"
     with pytest.raises(EngineError, match="not available"):
