@@ -28,7 +28,7 @@ from gateway.cards import Card, PrecisionSpec, discover
 
 from .sources import sha256_file
 
-TUNE_FORMAT = 7  # 6: OpenVINO fp32/bf16 without on-the-fly int8 activations; 7: OpenVINO threads unpinned
+TUNE_FORMAT = 8  # 6: OpenVINO fp32/bf16 exact; 7: OpenVINO threads unpinned; 8: OpenVINO int8 (NNCF) candidate
 # the card's typical shapes: one request alone (latency) and a dynamic batch of them (throughput)
 LATENCY_SHAPE = (1, 128)
 THROUGHPUT_SHAPE = (16, 128)
@@ -87,7 +87,7 @@ def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for dist in ("onnxruntime", "openvino"):
+    for dist in ("onnxruntime", "openvino", "nncf"):
         try:
             out[dist] = version(dist)
         except PackageNotFoundError:
@@ -373,9 +373,11 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
     latency_rows = _rows_of(rows, LATENCY_SHAPE, limit)
     batch_rows = _rows_of(rows, THROUGHPUT_SHAPE, limit)
     candidates: list[Candidate] = []
-    # ONNX Runtime's int8 comes in two recipes (dynamic, static): each is a candidate with the card's int8 check
+    # int8 comes in recipes: ONNX Runtime's dynamic and static, OpenVINO's NNCF; each is a candidate with the card's
+    # int8 check
+    recipes = {("onnxruntime", "int8"): engines.INT8_RECIPES, ("openvino", "int8"): engines.OPENVINO_INT8_RECIPES}
     variants = [(name, prec, recipe) for name in wanted for prec in precisions
-                for recipe in (engines.INT8_RECIPES if (name, prec) == ("onnxruntime", "int8") else ("",))]
+                for recipe in recipes.get((name, prec), ("",))]
     for name, prec, recipe in variants:
         cand = Candidate(name, prec, recipe)
         candidates.append(cand)
@@ -388,6 +390,10 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
 
                 feeds = calibration_feeds(card, onnx) if recipe == "static" else None
                 ensure_int8(onnx, engines.int8_path(onnx, recipe), recipe, feeds)
+            elif name == "openvino" and prec == "int8":
+                from sr_backend.engines.openvino_engine import ensure_int8_nncf
+
+                ensure_int8_nncf(onnx, engines.int8_path(onnx, recipe), calibration_feeds(card, onnx))
             outputs, latency, seconds = _isolated(_measure_candidate, name, prec, onnx, layered, latency_rows,
                                                   batch_rows, _timing(), recipe or "dynamic")
         except Exception as exc:  # an engine this host or install cannot run is a reason, not a failure
@@ -633,10 +639,13 @@ def _tune_image(card: Card, pictures: list[np.ndarray], engine: str | None, prec
     candidates: list[Candidate] = []
     for name in wanted:
         for prec in precisions:
-            cand = Candidate(name, prec, "dynamic" if prec == "int8" else "")
+            cand = Candidate(name, prec, ("nncf" if name == "openvino" else "dynamic") if prec == "int8" else "")
             candidates.append(cand)
             if (name, prec) not in engines.SUPPORTED:
                 cand.status, cand.reason = "unavailable", f"{name} has no {prec} path"
+                continue
+            if (name, prec) == ("openvino", "int8"):  # NNCF is calibrated on request texts; none for pictures
+                cand.status, cand.reason = "unavailable", "openvino int8 (NNCF) has no picture calibration set"
                 continue
             try:
                 if prec == "int8":

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from tokenizers import Tokenizer
 
 from sr_backend.engines import SUPPORTED, EngineError, int8_path, load_engine
 from sr_backend.engines.host import Host, detect
@@ -119,22 +120,33 @@ def bench_model(model: str, host: Host, seconds: float, threads: int,
     onnx_path = REPO / model / "1" / "model.onnx"
     out: list[dict[str, Any]] = []
     for engine, precision in sorted(SUPPORTED):
-        if precision == "int8":
+        recipe = "dynamic"
+        if (engine, precision) == ("onnxruntime", "int8"):
             from sr_backend.engines.ort_engine import ensure_int8
 
             ensure_int8(onnx_path, int8_path(onnx_path))
-        out += isolated(bench_engine, model, engine, precision, host, seconds, threads, shapes)
+        elif (engine, precision) == ("openvino", "int8"):  # NNCF, calibrated like `models tune` does
+            from gateway.cards import discover
+            from sr_backend.engines.openvino_engine import ensure_int8_nncf
+            from sr_build.tune import calibration_feeds
+
+            recipe = "nncf"
+            card = discover(REPO, [model])[0]
+            ensure_int8_nncf(onnx_path, int8_path(onnx_path, recipe), calibration_feeds(card, onnx_path))
+        out += isolated(bench_engine, model, engine, precision, host, seconds, threads, shapes, recipe)
     return out
 
 
 def bench_engine(model: str, engine: str, precision: str, host: Host, seconds: float, threads: int,
-                 shapes: tuple[list[int], list[int]]) -> list[dict[str, Any]]:
+                 shapes: tuple[list[int], list[int]], recipe: str = "dynamic") -> list[dict[str, Any]]:
     onnx_path = REPO / model / "1" / "model.onnx"
     per_token, layers, width = graph_flops(onnx_path)
+    vocab = Tokenizer.from_file(str(onnx_path.with_name("tokenizer.json"))).get_vocab_size()  # ids the model embeds
     base = {"model": model, "engine": engine, "precision": precision}
     out: list[dict[str, Any]] = []
     try:
-        runner = RaggedRunner(load_engine(engine, precision, onnx_path, threads), max_batch_tokens=1 << 20)
+        runner = RaggedRunner(load_engine(engine, precision, onnx_path, threads, recipe=recipe),
+                              max_batch_tokens=1 << 20)
     except EngineError as exc:
         out.append({**base, "status": f"unavailable: {exc}"})
         print(out[-1], flush=True)
@@ -142,7 +154,7 @@ def bench_engine(model: str, engine: str, precision: str, host: Host, seconds: f
     peak, _ = host.peak_gflops(precision)
     for tokens in shapes[0]:
         for batch in shapes[1]:
-            rows = _rows(30522, batch, tokens, tokens * 1000 + batch)
+            rows = _rows(vocab, batch, tokens, tokens * 1000 + batch)
             seconds_per = time_cell(runner, rows, seconds)
             gflops = forward_flops(per_token, layers, width, batch, tokens) / seconds_per / 1e9
             out.append({**base, "status": "ok", "tokens": tokens, "batch": batch,

@@ -1,5 +1,6 @@
-"""OpenVINO on the CPU, fp32 or bf16 inference precision (AMX / AVX-512-BF16 kernels; a CPU without native bf16
-is refused rather than silently run at another precision)."""
+"""OpenVINO on the CPU: fp32 or bf16 inference precision (AMX / AVX-512-BF16 kernels; a CPU without native bf16
+is refused rather than silently run at another precision), or int8: an IR NNCF quantised (post-training, calibrated
+on real request texts; FakeQuantize before every MatMul, VNNI/AMX int8 kernels, the rest fp32)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 from . import EngineError
 from .shapes import per_token_output
 
-_HINT = {"fp32": "f32", "bf16": "bf16"}
+_HINT = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}  # int8: the quantised ops run int8, the others f32
 
 
 class OpenVinoEngine:
@@ -59,3 +60,31 @@ class OpenVinoEngine:
     def forward_all(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         result = self.request.infer(feed)
         return {out.get_any_name(): np.array(result[out], dtype=np.float32) for out in self.compiled.outputs}
+
+
+def ensure_int8_nncf(source: Path, target: Path, calibration: list[dict[str, np.ndarray]]) -> bool:
+    """OpenVINO's int8 IR of `source` (target.xml + .bin) unless it was made from this graph, these calibration
+    rows and this NNCF version (recorded beside it); True if made. NNCF's transformer preset keeps the ops that
+    lose most (softmax, layer norm, the attention's scaling) in fp32; whether the result is good enough is the
+    card's int8 check in `sr-gateway models tune`, not assumed here."""
+    import nncf
+    import openvino as ov
+
+    from .ort_engine import calibration_digest
+
+    if not calibration:
+        raise EngineError("OpenVINO int8 needs calibration rows")
+    stamp = target.with_name(target.name + ".recipe")
+    want = (f"nncf {nncf.__version__} transformer calibration {calibration_digest(calibration)}\n"
+            f"{source.stat().st_size} {source.stat().st_mtime_ns}\n")
+    if target.is_file() and target.with_suffix(".bin").is_file() and stamp.is_file() and stamp.read_text() == want:
+        return False
+    model = ov.Core().read_model(str(source))
+    quantised = nncf.quantize(model, nncf.Dataset(calibration), model_type=nncf.ModelType.TRANSFORMER,
+                              subset_size=len(calibration))
+    partial = target.with_name(target.stem + ".partial.xml")
+    ov.save_model(quantised, str(partial), compress_to_fp16=False)
+    partial.with_suffix(".bin").replace(target.with_suffix(".bin"))
+    partial.replace(target)
+    stamp.write_text(want)
+    return True

@@ -298,6 +298,34 @@ def test_static_int8_lives_beside_the_dynamic_copy_and_an_unknown_recipe_is_refu
         load_engine("onnxruntime", "int8", onnx, recipe="qat")
 
 
+def test_openvino_int8_is_an_nncf_ir_made_once_from_real_texts_and_passes_prompt_guards_int8_check(
+        tmp_path: Path) -> None:
+    from sr_backend.engines.openvino_engine import ensure_int8_nncf
+
+    card = discover(REPO, ["prompt-guard"])[0]
+    onnx = tmp_path / "model.onnx"
+    onnx.symlink_to(card.version_dir / "model.onnx")
+    target = int8_path(onnx, "nncf")
+    assert target.name == "model.int8-nncf.xml"
+    with pytest.raises(EngineError, match="missing"):
+        load_engine("openvino", "int8", onnx, recipe="nncf")
+    feeds = tune.calibration_feeds(card, card.version_dir / "model.onnx")
+    assert ensure_int8_nncf(onnx, target, feeds) and target.with_suffix(".bin").is_file()
+    assert not ensure_int8_nncf(onnx, target, feeds)  # recorded beside it: not made again
+    engine = load_engine("openvino", "int8", onnx, 1, recipe="nncf")
+    assert (engine.name, engine.precision) == ("openvino", "int8")
+    rows = tune.verification_rows(card)
+    reference, _ = RaggedRunner(load_engine("onnxruntime", "fp32", onnx, 1), max_batch_tokens=2048).run(rows)
+    answers, _ = RaggedRunner(engine, max_batch_tokens=2048).run(rows)
+    ok, metrics, why = tune.check(card, card.precisions["int8"], reference, answers)
+    assert ok, why
+    assert 0 < metrics["max_prob_diff"] <= 0.01  # int8 really ran: not bit-equal to fp32, within the card's bound
+    with pytest.raises(EngineError, match="nncf"):
+        load_engine("openvino", "int8", onnx, recipe="dynamic")
+    with pytest.raises(EngineError, match="not one of dynamic, static"):
+        load_engine("onnxruntime", "int8", onnx, recipe="nncf")
+
+
 def test_static_int8_calibrates_on_real_request_texts_not_on_the_verification_texts() -> None:
     card = _card()
     feeds = tune.calibration_feeds(card, card.version_dir / "model.onnx")
