@@ -20,7 +20,6 @@ from PIL import Image
 from scipy import ndimage
 
 from sr_backend.engines import Engine
-from sr_backend.engines.ort_engine import OrtEngine
 
 DET_SIDE = 736
 DET_MAX_SIDE = 2000
@@ -87,18 +86,12 @@ def read_characters(recogniser: Path) -> list[str]:
 
 
 class OcrPipeline:
-    """Either graph is an ONNX Runtime session or any engine of sr_backend/engines (ONNX Runtime, OpenVINO: the
-    tuner's choice); an engine needs `characters` (read_characters), a session carries them in its metadata."""
+    """Both graphs on any engine of sr_backend/engines (the tuner's choice; image_runners.load_ocr builds one), with
+    the recogniser's character list (read_characters)."""
 
-    def __init__(self, detector: ort.InferenceSession | Engine, recogniser: ort.InferenceSession | Engine,
-                 characters: list[str] | None = None) -> None:
-        self.detector: Engine = OrtEngine(detector) if isinstance(detector, ort.InferenceSession) else detector
-        self.recogniser: Engine = (OrtEngine(recogniser) if isinstance(recogniser, ort.InferenceSession)
-                                   else recogniser)
-        if characters is None:
-            if not isinstance(recogniser, ort.InferenceSession):
-                raise ValueError("an engine's recogniser needs its character list (read_characters)")
-            characters = recogniser.get_modelmeta().custom_metadata_map["character"].splitlines()
+    def __init__(self, detector: Engine, recogniser: Engine, characters: list[str]) -> None:
+        self.detector = detector
+        self.recogniser = recogniser
         self.characters = ["", *characters, " "]  # index 0 is CTC's blank; PP-OCR appends the space
 
     def detect(self, pixels: np.ndarray) -> list[tuple[int, int, int, int]]:

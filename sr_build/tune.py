@@ -378,6 +378,7 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
     recipes = {("onnxruntime", "int8"): engines.INT8_RECIPES, ("openvino", "int8"): engines.OPENVINO_INT8_RECIPES}
     variants = [(name, prec, recipe) for name in wanted for prec in precisions
                 for recipe in recipes.get((name, prec), ("",))]
+    feeds: list[dict[str, np.ndarray]] = []  # calibration rows, read once for the recipes that need them
     for name, prec, recipe in variants:
         cand = Candidate(name, prec, recipe)
         candidates.append(cand)
@@ -385,15 +386,16 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
             cand.status, cand.reason = "unavailable", f"{name} has no {prec} path"
             continue
         try:
+            if recipe in ("static", "nncf") and not feeds:
+                feeds = calibration_feeds(card, onnx)
             if name == "onnxruntime" and prec == "int8":
                 from sr_backend.engines.ort_engine import ensure_int8
 
-                feeds = calibration_feeds(card, onnx) if recipe == "static" else None
-                ensure_int8(onnx, engines.int8_path(onnx, recipe), recipe, feeds)
+                ensure_int8(onnx, engines.int8_path(onnx, recipe), recipe, feeds if recipe == "static" else None)
             elif name == "openvino" and prec == "int8":
                 from sr_backend.engines.openvino_engine import ensure_int8_nncf
 
-                ensure_int8_nncf(onnx, engines.int8_path(onnx, recipe), calibration_feeds(card, onnx))
+                ensure_int8_nncf(onnx, engines.int8_path(onnx, recipe), feeds)
             outputs, latency, seconds = _isolated(_measure_candidate, name, prec, onnx, layered, latency_rows,
                                                   batch_rows, _timing(), recipe or "dynamic")
         except Exception as exc:  # an engine this host or install cannot run is a reason, not a failure
@@ -413,19 +415,27 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
         cand.latency_ms = round(latency * 1000, 2)
         cand.rows_per_s = round(len(batch_rows) / seconds, 1)
         cand.status = "measured"
-    measured = [c for c in candidates if c.status == "measured"]
-    for c in candidates:
-        say(f"{card.id}: {label(c.engine, c.precision, c.recipe)}: {c.status}"
-            + (f" {c.rows_per_s} rows/s at {THROUGHPUT_SHAPE[0]}x{THROUGHPUT_SHAPE[1]}, {c.latency_ms} ms at "
-               f"{LATENCY_SHAPE[0]}x{LATENCY_SHAPE[1]}" if c.status == "measured" else f" ({c.reason})")
-            + (f" check {c.check}" if c.check else ""))
-    if not measured:
-        reasons = "; ".join(f"{label(c.engine, c.precision, c.recipe)}: {c.reason}" for c in candidates)
-        raise TuneError(f"{card.id}: no engine passed ({reasons})")
-    best = choose_candidate(measured)
+    shape = (f"rows/s at {THROUGHPUT_SHAPE[0]}x{THROUGHPUT_SHAPE[1]}, {{}} ms at "
+             f"{LATENCY_SHAPE[0]}x{LATENCY_SHAPE[1]}")
+    best = _report(card, candidates, lambda c: f"{c.rows_per_s} " + shape.format(c.latency_ms), say)
     layouts = [_isolated(_measure_layout, best.engine, best.precision, onnx, n, t, latency_rows, batch_rows,
                          _timing(), best.recipe or "dynamic") for n, t in _layouts(host.cores)]
     return _finish(card, best, candidates, layouts, host, key, cache, engine, precision, say)
+
+
+def _report(card: Card, candidates: list[Candidate], timed: Any, say: Any) -> Candidate:
+    """Log every candidate (`timed(c)`: its timings, also for a rejected one that was timed) and pick the best
+    measured one; none measured is an error listing every candidate's reason."""
+    for c in candidates:
+        times = timed(c) if c.latency_ms else ""
+        say(f"{card.id}: {label(c.engine, c.precision, c.recipe)}: {c.status}"
+            + (f" {times}" if c.status == "measured" else f" ({c.reason}{'; measured ' + times if times else ''})")
+            + (f" check {c.check}" if c.check else ""))
+    measured = [c for c in candidates if c.status == "measured"]
+    if not measured:
+        reasons = "; ".join(f"{label(c.engine, c.precision, c.recipe)}: {c.reason}" for c in candidates)
+        raise TuneError(f"{card.id}: no engine passed ({reasons})")
+    return choose_candidate(measured)
 
 
 def _finish(card: Card, best: Candidate, candidates: list[Candidate], layouts: list[dict[str, Any]], host: Any,
@@ -474,7 +484,7 @@ def _golden_pictures(card: Card) -> list[bytes]:
     return [base64.b64decode(u.partition(",")[2]) for u in urls]
 
 
-def _sample_photos() -> list[bytes]:
+def sample_photos() -> list[bytes]:
     from importlib.util import find_spec
 
     spec = find_spec("skimage")
@@ -513,7 +523,7 @@ def verification_pictures(card: Card) -> list[np.ndarray]:
     from gateway.images.preprocess import PREPROCESS
 
     assert card.image is not None and card.image_max_pixels is not None
-    data = _golden_pictures(card) + (_sample_photos() if image_kind(card) == "classifier" else [_document()])
+    data = _golden_pictures(card) + (sample_photos() if image_kind(card) == "classifier" else [_document()])
     if not data:
         raise TuneError(f"{card.id}: no verification pictures (the card has no golden pictures)")
     return [PREPROCESS[card.image.preprocess](decode_image(d, card.image_max_pixels)) for d in data]
@@ -668,16 +678,8 @@ def _tune_image(card: Card, pictures: list[np.ndarray], engine: str | None, prec
                 continue
             cand.status = "measured"
     shape = "1 picture" if kind == "ocr" else f"batch {IMAGE_BATCH} of 224x224"
-    for c in candidates:
-        timed = f"{c.rows_per_s} pictures/s at {shape}, {c.latency_ms} ms for one picture" if c.latency_ms else ""
-        say(f"{card.id}: {label(c.engine, c.precision, c.recipe)}: {c.status}"
-            + (f" {timed}" if c.status == "measured" else f" ({c.reason}{'; measured ' + timed if timed else ''})")
-            + (f" check {c.check}" if c.check else ""))
-    measured = [c for c in candidates if c.status == "measured"]
-    if not measured:
-        reasons = "; ".join(f"{label(c.engine, c.precision, c.recipe)}: {c.reason}" for c in candidates)
-        raise TuneError(f"{card.id}: no engine passed ({reasons})")
-    best = choose_candidate(measured)
+    best = _report(card, candidates,
+                   lambda c: f"{c.rows_per_s} pictures/s at {shape}, {c.latency_ms} ms for one picture", say)
     layouts = [_isolated(_measure_layout, best.engine, best.precision, onnx, n, t, latency_in, batch_in, _timing(),
                          best.recipe or "dynamic", kind) for n, t in _image_layouts(kind, cores)]
     return best, candidates, layouts

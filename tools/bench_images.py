@@ -27,6 +27,7 @@ from PIL import Image
 from gateway.heads import softmax
 from gateway.images.decode import decode_async
 from gateway.images.preprocess import efficientnet_lite
+from sr_build.tune import sample_photos
 from tools.benchlib import (
     ROOT,
     InProcessBatcher,
@@ -40,14 +41,7 @@ from tools.benchlib import (
 from tools.docs import replace_section
 
 MODEL = "efficientnet-lite0"
-PHOTOS = ["chelsea.png", "coffee.png", "astronaut.png", "motorcycle_left.png", "rocket.jpg", "camera.png"]
 MIB = 1024 * 1024
-
-
-def photos() -> list[bytes]:
-    import skimage
-
-    return [(Path(skimage.__file__).parent / "data" / name).read_bytes() for name in PHOTOS]
 
 
 def vm_kib(pid: int, key: str) -> int:
@@ -96,7 +90,7 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
-    images = photos()
+    images = sample_photos()  # the tuner's verification photos (scikit-image's samples)
     urls = [f"data:image/png;base64,{base64.b64encode(d).decode('ascii')}" for d in images]
     baseline = served_baseline(MODEL)  # the served engine and precision (its first output: logits)
     print(f"in-process baseline: {baseline.describe()}", flush=True)

@@ -76,14 +76,12 @@ def rendered_text() -> bytes:
 def ocr_golden(repo: Path) -> dict[str, Any]:
     from gateway.cards import load_card
     from gateway.images.decode import decode_image
-    from sr_backend.engines.ort_engine import make_session
-    from sr_backend.ocr import OcrPipeline
+    from sr_backend.image_runners import load_ocr
 
     card = load_card(repo / "ppocr-v4" / "card.yaml")
     assert card.image_max_pixels is not None
     version = repo / "ppocr-v4" / "1"
-    pipeline = OcrPipeline(make_session(str(version / "model.onnx"), 2),
-                           make_session(str(version / "recognizer.onnx"), 2))
+    pipeline = load_ocr("onnxruntime", "fp32", version / "model.onnx", version / "recognizer.onnx", 2)
     data = rendered_text()
     pixels = decode_image(data, card.image_max_pixels).pixels
     h, w = pixels.shape[:2]

@@ -62,7 +62,7 @@ def load_engine(engine: str, precision: str, onnx: Path, threads: int = 0, gpu: 
     if gpu is not None:
         from .ort_gpu import OrtGpuEngine
 
-        return OrtGpuEngine.from_file(onnx, gpu)
+        return OrtGpuEngine.on_gpu(onnx, gpu)
     if (engine, precision) not in SUPPORTED:
         known = ", ".join(f"{e}/{p}" for e, p in sorted(SUPPORTED))
         raise EngineError(f"engine {engine!r} at precision {precision!r} is not available (known: {known})")
@@ -71,20 +71,22 @@ def load_engine(engine: str, precision: str, onnx: Path, threads: int = 0, gpu: 
 
         if precision == "int8" and recipe not in INT8_RECIPES:
             raise EngineError(f"onnxruntime int8_recipe {recipe!r} is not one of {', '.join(INT8_RECIPES)}")
-        path = int8_path(onnx, recipe) if precision == "int8" else onnx
-        if not path.is_file():
-            raise EngineError(f"{path} is missing: run `sr-gateway models tune` (it quantises the graph)")
-        return OrtEngine.from_file(path, precision, threads)
+        return OrtEngine.from_file(_quantised(onnx, recipe) if precision == "int8" else onnx, precision, threads)
     from .openvino_engine import OpenVinoEngine
 
     if precision == "int8":
         if recipe not in OPENVINO_INT8_RECIPES:
             raise EngineError(f"openvino int8 reads an NNCF-quantised IR (int8_recipe nncf), not {recipe!r}")
-        path = int8_path(onnx, recipe)
-        if not path.is_file():
-            raise EngineError(f"{path} is missing: run `sr-gateway models tune` (it quantises the graph)")
-        return OpenVinoEngine.from_file(path, precision, threads)
+        return OpenVinoEngine.from_file(_quantised(onnx, recipe), precision, threads)
     return OpenVinoEngine.from_file(onnx, precision, threads)
+
+
+def _quantised(onnx: Path, recipe: str) -> Path:
+    """The int8 copy `sr-gateway models tune` made beside the graph; missing is an error naming the fix."""
+    path = int8_path(onnx, recipe)
+    if not path.is_file():
+        raise EngineError(f"{path} is missing: run `sr-gateway models tune` (it quantises the graph)")
+    return path
 
 
 def configured_choice(config: Path) -> dict[str, str]:

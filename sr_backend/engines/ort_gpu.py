@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from . import EngineError
-from .shapes import per_token_output
+from .ort_engine import OrtEngine
 
 # the config's `execution_provider` values that mean a GPU, and the ONNX Runtime provider each names
 GPU_PROVIDERS = {"tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider"}
@@ -92,23 +90,17 @@ def gpu_request(params: Mapping[str, str], version_dir: Path, device_id: int,
                       fp16, instance_kind.upper())
 
 
-class OrtGpuEngine:
-    """The fp32 graph in an ONNX Runtime session whose first provider is the GPU provider that was asked for."""
-
-    name = "onnxruntime"
+class OrtGpuEngine(OrtEngine):
+    """The fp32 graph in an ONNX Runtime session whose first provider is the GPU provider that was asked for; runs
+    like the CPU engine, only the session is built differently."""
 
     def __init__(self, session: Any, request: GpuRequest) -> None:
-        self.session = session
+        super().__init__(session, "fp16" if request.fp16 else "fp32")
         self.request = request
-        self.precision = "fp16" if request.fp16 else "fp32"
         self.providers: list[str] = list(session.get_providers())
-        out = session.get_outputs()[0]
-        self.output = out.name
-        self.per_token = per_token_output(out.shape)
-        self.inputs = frozenset(i.name for i in session.get_inputs())
 
     @classmethod
-    def from_file(cls, path: Path, request: GpuRequest) -> OrtGpuEngine:
+    def on_gpu(cls, path: Path, request: GpuRequest) -> OrtGpuEngine:
         import onnxruntime as ort
 
         available = ort.get_available_providers()
@@ -134,10 +126,3 @@ class OrtGpuEngine:
         """One line for the log: what actually runs this model."""
         return (f"ONNX Runtime providers {self.providers} on GPU {self.request.device_id}, precision "
                 f"{self.precision}")
-
-    def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray:
-        return np.asarray(self.session.run([self.output], feed)[0])
-
-    def forward_all(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        names = [o.name for o in self.session.get_outputs()]
-        return {n: np.asarray(v) for n, v in zip(names, self.session.run(names, feed), strict=True)}

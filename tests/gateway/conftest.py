@@ -6,6 +6,7 @@ Triton's own gRPC statistics. The model repository must be built (`make models`;
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -62,6 +63,21 @@ def stop(proc: subprocess.Popen) -> int:  # type: ignore[type-arg]
             proc.kill()
             proc.wait()
     return int(proc.returncode)
+
+
+@contextlib.contextmanager
+def serving(repo: Path, log_name: str, what: str, settled: tuple[str, ...] = ("ready", "failed"),
+            timeout: float = 240) -> Iterator[str]:
+    """`sr-gateway serve` over its own model repository (Triton as its child) until /health settles; yields the
+    base URL and asserts a clean exit afterwards."""
+    port = free_port()
+    proc = start(["serve", "--port", str(port), "--model-repository", str(repo)], log_name)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in settled, timeout, what, proc)
+        yield url
+    finally:
+        assert stop(proc) == 0, f"{what} did not exit cleanly"
 
 
 async def model_stats(client: Any, model: str = MODEL) -> dict[str, Any]:

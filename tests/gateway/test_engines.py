@@ -24,7 +24,7 @@ from sr_backend.engines.ort_engine import quantize_int8
 from sr_backend.ragged import RaggedRunner
 from sr_build import tune
 
-from .conftest import free_port, start, stop, wait_for
+from .conftest import serving
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 MODEL = "all-minilm-l6-v2"
@@ -214,12 +214,7 @@ def test_a_model_tuned_to_openvino_is_served_by_triton_and_passes_its_golden_che
     tune.tune_model(card, engine="openvino", precision="fp32", log=lambda _: None)
     # the tracked config still names ONNX Runtime: only the generated one (--model-config-name) says OpenVINO
     assert configured_choice(repo_copy / MODEL / "config.pbtxt")["engine"] == "onnxruntime"
-    port = free_port()
-    proc = start(["serve", "--port", str(port), "--model-repository", str(repo_copy)], "serve-openvino.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed"), 240,
-                 "gateway (openvino)", proc)
+    with serving(repo_copy, "serve-openvino.log", "gateway (openvino)") as url:
         served = httpx.get(url + "/v1/models").json()["data"][0]
         assert served["status"] == "ready", served
         assert served["engine"] == "triton/openvino" and served["engine_args"]["precision"] == "fp32"
@@ -230,8 +225,6 @@ def test_a_model_tuned_to_openvino_is_served_by_triton_and_passes_its_golden_che
         reference, _ = RaggedRunner(load_engine("onnxruntime", "fp32", card.version_dir / "model.onnx", 1)).run(
             [tune.verification_rows(card)[1]])
         assert float(np.dot(vector, reference[0]) / np.linalg.norm(reference[0])) > 0.99999
-    finally:
-        assert stop(proc) == 0
 
 
 def test_an_edited_config_pbtxt_is_carried_into_the_generated_config_with_the_same_choice(repo_copy: Path,

@@ -20,7 +20,7 @@ from sr_backend.engines.configs import parameters
 from sr_backend.engines.ort_gpu import GpuRequest, gpu_request
 from sr_build import gpu
 
-from .conftest import ROOT, free_port, start, stop, wait_for
+from .conftest import ROOT, serving
 from .test_serve_process import copy_model
 
 MODEL = "all-minilm-l6-v2"
@@ -138,12 +138,8 @@ def test_triton_fails_a_model_whose_config_asks_for_tensorrt_here_with_the_reaso
     config = tmp_path / "asks-tensorrt" / "config.pbtxt"
     config.write_text(config.read_text() + 'parameters: { key: "execution_provider", value: { string_value: '
                       '"tensorrt" } }\n')
-    port = free_port()
-    proc = start(["serve", "--port", str(port), "--model-repository", str(tmp_path)], "serve-gpu-refused.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed", "degraded"),
-                 180, "gateway (tensorrt on CPU)", proc)
+    with serving(tmp_path, "serve-gpu-refused.log", "gateway (tensorrt on CPU)", ("ready", "failed", "degraded"),
+                 180) as url:
         health = httpx.get(url + "/health")
         assert health.status_code == 503 and health.json()["status"] == "failed", health.json()
         (model,) = httpx.get(url + "/v1/models").json()["data"]
@@ -152,5 +148,3 @@ def test_triton_fails_a_model_whose_config_asks_for_tensorrt_here_with_the_reaso
         assert "refusing to run a GPU model on the CPU" in model["reason"], model
         answer = httpx.post(url + "/v1/embeddings", json={"model": "asks-tensorrt", "input": "x"})
         assert answer.status_code == 503 and answer.json()["error"]["code"] == "not_ready"
-    finally:
-        stop(proc)

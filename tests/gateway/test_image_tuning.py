@@ -22,7 +22,7 @@ from sr_backend.engines.configs import generated_config
 from sr_backend.image_runners import load_classifier
 from sr_build import tune
 
-from .conftest import free_port, start, stop, wait_for
+from .conftest import serving
 from .image_samples import photo
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
@@ -136,12 +136,7 @@ def test_an_image_model_tuned_to_openvino_is_served_by_triton_and_passes_its_gol
     card = load_card(repo_copy / MODEL / "card.yaml")
     tune.tune_model(card, engine="openvino", precision="fp32", log=lambda _: None)
     assert configured_choice(generated_config(repo_copy / MODEL))["engine"] == "openvino"
-    port = free_port()
-    proc = start(["serve", "--port", str(port), "--model-repository", str(repo_copy)], "serve-image-openvino.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed"), 240,
-                 "gateway (image, openvino)", proc)
+    with serving(repo_copy, "serve-image-openvino.log", "gateway (image, openvino)") as url:
         served = httpx.get(url + "/v1/models").json()["data"][0]
         assert served["status"] == "ready", served
         assert served["engine"] == "triton/openvino" and served["engine_args"]["precision"] == "fp32"
@@ -160,5 +155,3 @@ def test_an_image_model_tuned_to_openvino_is_served_by_triton_and_passes_its_gol
         reference = load_classifier("onnxruntime", "fp32", card.version_dir / "model.onnx", 1).run(pixels)
         want = reference["embedding"][0]
         assert float(np.dot(vector, want) / (np.linalg.norm(vector) * np.linalg.norm(want))) > 0.99999
-    finally:
-        assert stop(proc) == 0
