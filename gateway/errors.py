@@ -77,6 +77,11 @@ class ItemError(Exception):
         self.message = message
 
 
+def no_answer(error: ItemError | None = None) -> ItemError:
+    """Why an input has no answer: its own error, else the model gave none (invalid_model_output)."""
+    return error or ItemError("invalid_model_output", "no answer")
+
+
 def too_long(exc: InputTooLong) -> ItemError:
     """The item error of an input over its budget: every surface answers it the same way."""
     return ItemError(exc.code, exc.message)

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..assets import Assets
-from ..errors import ApiError, ItemCode, ItemError, QuestionCode
+from ..errors import ApiError, ItemCode, ItemError, QuestionCode, no_answer
 from ..runtime import Runtime, ServedModel
 from ..surfaces.common import Strict, parse, response_meta
 from ..timing import Timing, charge, charge_model
@@ -426,7 +426,7 @@ def _assemble(runtime: Runtime, model: ServedModel, entry: Entry) -> EntryAnswer
                     if "spans" in extra:
                         spans[q.id] = extra["spans"]
             if ask.error is not None or ask.outcome is None:
-                error = ask.error or ItemError("invalid_model_output", "no answer")
+                error = no_answer(ask.error)
                 failure = Failure(q.id, q.type, error.code, error.message, ask.reason or _reason(error.code))
         if failure is not None:
             answers[q.id] = {"type": failure.type, "error": failure.code, "message": failure.message}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..errors import ItemError
+from ..errors import ItemError, no_answer
 from ..runtime import Runtime, ServedModel
 from ..timing import Timing
 from .decode import DecodedImage
@@ -60,7 +60,7 @@ async def read_many(runtime: Runtime, model: ServedModel, images: list[DecodedIm
     out: list[list[TextLine] | ItemError] = []
     for job in jobs:
         if job.result is None or job.image is None:
-            out.append(job.error or ItemError("invalid_model_output", "no answer"))
+            out.append(no_answer(job.error))
             continue
         h, w = job.image.pixels.shape[:2]
         out.append(lines_from_json(bytes(job.result.values.reshape(-1)[0]), h, w))

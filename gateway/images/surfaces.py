@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..cards import HeadSpec
-from ..errors import ApiError, ItemError
+from ..errors import ApiError, ItemError, no_answer
 from ..heads import ensure_finite, softmax
 from ..runtime import Runtime, ServedModel
 from ..surfaces.common import check_inputs, response_meta
@@ -70,7 +70,7 @@ async def embed_images(runtime: Runtime, model: ServedModel, values: list[Any], 
         entry: dict[str, Any] = {"object": "embedding", "index": index}
         try:
             if job.result is None:
-                raise job.error or ItemError("invalid_model_output", "no answer")
+                raise no_answer(job.error)
             entry["embedding"] = vector(job.result.values, dimension, spec.normalized, encoding_format)
         except ItemError as error:
             entry.update(error=error.code, message=error.message)
@@ -104,7 +104,7 @@ async def classify_images(runtime: Runtime, model: ServedModel, head: HeadSpec, 
     for index, job in enumerate(jobs):
         try:
             if job.result is None:
-                raise job.error or ItemError("invalid_model_output", "no answer")
+                raise no_answer(job.error)
             probs = softmax(job.result.values)
             ensure_finite(probs)
         except ItemError as error:

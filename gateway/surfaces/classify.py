@@ -16,7 +16,7 @@ from aiohttp import web
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..cards import HeadSpec
-from ..errors import ApiError, ItemError, too_long
+from ..errors import ApiError, ItemError, no_answer, too_long
 from ..heads import best_context_windows, decode_spans, ensure_finite, sigmoid, softmax, zero_shot
 from ..images.content import ContentPart, refusal, text_of
 from ..images.surfaces import classify_images, reads_images_only
@@ -203,7 +203,7 @@ def _answer(model: ServedModel, head: HeadSpec, item: Item, threshold: float, re
 def _read(model: ServedModel, head: HeadSpec, item: Item, threshold: float, return_tokens: bool) -> dict[str, Any]:
     failed = next((j.error for j in item.jobs if j.error is not None), None)
     if item.error is not None or failed is not None or any(j.result is None for j in item.jobs):
-        raise item.error or failed or ItemError("invalid_model_output", "no answer")
+        raise no_answer(item.error or failed)
     out: dict[str, Any] = {}
     results = [j.result.values for j in item.jobs if j.result is not None]
     if head.kind == "token":

@@ -22,7 +22,7 @@ import numpy as np
 from aiohttp import web
 from pydantic import Field, StrictInt, StrictStr
 
-from ..errors import ApiError, ItemError
+from ..errors import ApiError, ItemError, no_answer
 from ..heads import ensure_finite
 from ..images.content import ContentPart, refusal, text_of
 from ..images.surfaces import embed_images, reads_images_only
@@ -115,7 +115,7 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
         entry: dict[str, Any] = {"object": "embedding", "index": index}
         try:
             if job.result is None or item is None:
-                raise job.error or ItemError("invalid_model_output", "no answer")
+                raise no_answer(job.error)
             entry["embedding"] = _vector(job.result.values, dimension, spec.normalized, req.encoding_format)
         except ItemError as error:  # fails this input only
             entry.update(error=error.code, message=error.message)

@@ -19,7 +19,7 @@ import numpy as np
 from aiohttp import web
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
-from ..errors import ApiError, ErrorCode, ItemError
+from ..errors import ApiError, ErrorCode, ItemError, no_answer
 from ..heads import ensure_finite, sigmoid
 from ..runtime import Runtime, ServedModel
 from ..text import Encoded, InputTooLong, TextEncoder, UnsupportedTokenizer
@@ -92,7 +92,7 @@ def _score(job: Job, query_job: Job | None, query_error: ItemError | None) -> tu
     if query_error is not None:
         raise query_error
     if job.result is None:
-        raise ItemError("invalid_model_output", "no answer")
+        raise no_answer()
     values = job.result.values
     if query_job is not None:
         assert query_job.result is not None
@@ -184,7 +184,7 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
     query_error: ItemError | None = None
     if ran_query and query_job is not None and query_enc is not None:
         if query_job.result is None:
-            why = query_job.error or ItemError("invalid_model_output", "no answer")
+            why = no_answer(query_job.error)
             query_error = ItemError(why.code, f"the query failed: {why.message}")
         else:
             input_tokens += query_enc.tokens
@@ -194,7 +194,7 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
         try:
             logit, score = _score(job, query_job, query_error)
             if enc is None:
-                raise ItemError("invalid_model_output", "no answer")
+                raise no_answer()
         except ItemError as error:  # fails this document only
             failed.append({"index": index, "error": error.code, "message": error.message})
             runtime.metrics.count_input(model.id, error.code)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...cards import HeadSpec
-from ...errors import ItemError, too_long
+from ...errors import ItemError, no_answer, too_long
 from ...heads import softmax
 from ...runtime import ServedModel
 from ...surfaces.jobs import Job, run_jobs
@@ -107,7 +107,7 @@ class Nli(Family):
             pairs = [jobs[(ask.view.text, h)] for h in self.hypotheses(ask.question)]
             failed = next((j.error for j in pairs if j.error is not None), None)
             if failed is not None or any(j.result is None for j in pairs):
-                ask.fail(failed or ItemError("invalid_model_output", "no answer"))
+                ask.fail(no_answer(failed))
                 continue
             logits = np.stack([np.asarray(j.result.values, dtype=np.float64) for j in pairs if j.result is not None])
             ask.outcome = Outcome(self._probabilities(ask.question, logits))

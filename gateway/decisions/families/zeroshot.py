@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from ...errors import ItemError, too_long
+from ...errors import ItemError, no_answer, too_long
 from ...heads import decode_spans, sigmoid, softmax
 from ...images.ocr import read_many
 from ...runtime import ServedModel
@@ -255,7 +255,7 @@ class ZeroShot(Family):
             jobs = [wanted[instructions], *(wanted[line.text] for line in lines)]
             failed = next((j.error for j in jobs if j.result is None), None)
             if failed is not None or any(j.result is None for j in jobs):
-                ask.fail(failed or ItemError("invalid_model_output", "no answer"))
+                ask.fail(no_answer(failed))
                 continue
             if not lines:
                 ask.outcome = Outcome(np.asarray([np.nan]), box={"top": 0.0, "left": 0.0, "bottom": 1.0,
