@@ -13,7 +13,7 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,8 +21,12 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
+from .coalesce import Coalescer, Row
+
 _TIMING = InferRequestedOutput("TIMING")
 _OUTPUTS: dict[str, list[InferRequestedOutput]] = {}  # per output name; built once, not per call
+_DTYPES = {"int64": "INT64", "int32": "INT32", "uint8": "UINT8"}  # numpy → Triton, for the tensors we send
+COALESCE_MAX_ROWS = 32  # rows one coalesced request carries at most (Triton batches several such requests)
 _LOST_INSTANCE = re.compile(r"Stub process '([^']+)' is not healthy")  # a Python-backend instance died
 
 
@@ -109,6 +113,13 @@ class Triton:
         self.url = url
         self._client = grpcclient.InferenceServerClient(url)
         self.on_instance_lost = on_instance_lost  # (model, instance): Triton named a dead instance in an error
+        self._row_capacity: dict[str, int] = {}  # per model: rows one request may carry (0: one, no ROW_LENGTHS)
+        self._coalescer: Coalescer[Result] = Coalescer(
+            self._infer_rows, lambda result, submitted: replace(result, submitted_ns=submitted),
+            lambda: TritonFailure("Request timeout expired: the deadline passed before the answer came",
+                                  deadline=True),
+            lambda failure: isinstance(failure, TritonFailure)
+            and not (failure.deadline or failure.unavailable or failure.out_of_memory))
 
     async def is_live(self) -> bool:
         try:
@@ -126,8 +137,11 @@ class Triton:
             await self._client.load_model(model, config=json.dumps(config))
         except InferenceServerException as exc:
             raise _failure(exc) from exc
+        finally:
+            self._row_capacity.pop(model, None)  # its config may differ now
 
     async def close(self) -> None:
+        await self._coalescer.close()
         await self._client.close()
 
     async def wait_live(self, timeout: float) -> None:
@@ -176,16 +190,61 @@ class Triton:
 
     async def infer(self, model: str, output: str, ids: list[int], type_ids: list[int] | None = None, *,
                     timeout_us: int | None = None, layer: int | None = None) -> Result:
-        """Run one token sequence (at `layer`, an embedder's declared layer; None: its default); Triton batches
-        concurrent calls into one execute()."""
-        inputs = [InferInput("INPUT_IDS", [1, len(ids)], "INT64")]
-        inputs[0].set_data_from_numpy(np.asarray(ids, dtype=np.int64).reshape(1, -1))
-        if type_ids is not None:
-            inputs.append(InferInput("TOKEN_TYPE_IDS", [1, len(type_ids)], "INT64"))
-            inputs[-1].set_data_from_numpy(np.asarray(type_ids, dtype=np.int64).reshape(1, -1))
-        if layer is not None:
-            inputs.append(InferInput("LAYER", [1, 1], "INT32"))
-            inputs[-1].set_data_from_numpy(np.asarray([[layer]], dtype=np.int32))
+        """Run one token sequence (at `layer`, an embedder's declared layer; None: its default). Concurrent calls
+        for a model that takes ROW_LENGTHS go to Triton together as one request (gateway.coalesce); Triton batches
+        requests into one execute() either way."""
+        row = Row(ids, type_ids, layer)
+        max_rows = await self._max_rows(model)
+        if max_rows:
+            return await self._coalescer.submit(model, output, row, timeout_us=timeout_us, max_rows=max_rows)
+        return (await self._infer_rows(model, output, [row], timeout_us, lengths=False))[0]
+
+    async def _max_rows(self, model: str) -> int:
+        """Rows one request may carry: 0 unless the model's config takes ROW_LENGTHS (then its max_batch_size, at
+        most COALESCE_MAX_ROWS). Asked of Triton once per model and load."""
+        known = self._row_capacity.get(model)
+        if known is None:
+            try:
+                config = await self.model_config(model)
+            except TritonFailure:
+                return 0  # not loaded yet: the call itself says why
+            takes = any(i.get("name") == "ROW_LENGTHS" for i in config.get("input", []))
+            known = self._row_capacity[model] = \
+                min(int(config.get("max_batch_size", 0)), COALESCE_MAX_ROWS) if takes else 0
+        return known
+
+    async def _infer_rows(self, model: str, output: str, rows: list[Row], timeout_us: int | None, *,
+                          lengths: bool = True) -> list[Result]:
+        """One request for `rows`: INPUT_IDS [N, longest] (zero-padded) with ROW_LENGTHS, or without it the one
+        row as [1, L] for a model that takes no ROW_LENGTHS."""
+        width = max(len(r.ids) for r in rows)
+        ids = np.zeros((len(rows), width), dtype=np.int64)
+        types = np.zeros_like(ids) if rows[0].type_ids is not None else None
+        for i, r in enumerate(rows):
+            ids[i, : len(r.ids)] = r.ids
+            if types is not None and r.type_ids is not None:
+                types[i, : len(r.type_ids)] = r.type_ids
+        tensors: dict[str, np.ndarray] = {"INPUT_IDS": ids}
+        if types is not None:
+            tensors["TOKEN_TYPE_IDS"] = types
+        if rows[0].layer is not None:
+            tensors["LAYER"] = np.array([[r.layer] for r in rows], dtype=np.int32)
+        if lengths:
+            tensors["ROW_LENGTHS"] = np.array([[len(r.ids)] for r in rows], dtype=np.int32)
+        values, execution, submitted = await self._call(model, tensors, output, timeout_us)
+        received = time.time_ns()
+        per_token = values.ndim == 3  # [N, W, C]: each row's own length back
+        return [Result(values[i, : len(r.ids)] if per_token else values[i], execution, submitted, received)
+                for i, r in enumerate(rows)]
+
+    async def _call(self, model: str, tensors: dict[str, np.ndarray], output: str,
+                    timeout_us: int | None) -> tuple[np.ndarray, Execution, int]:
+        """One gRPC infer: `output` (batch dim first), the execution its TIMING describes, and when it was sent."""
+        inputs = []
+        for name, array in tensors.items():
+            tensor = InferInput(name, list(array.shape), _DTYPES[array.dtype.name])
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
         submitted = time.time_ns()
         try:
             # timeout: Triton drops the request if it is still queued then; client_timeout: the gRPC deadline, which
@@ -207,27 +266,10 @@ class Triton:
         if values is None or timing is None:
             raise TritonFailure(f"model {model} returned no {output}/TIMING")
         t = timing.reshape(-1)
-        execution = Execution(int(t[0]), int(t[1]), int(t[2]), int(t[3]))
-        return Result(values[0], execution, submitted, time.time_ns())
+        return values, Execution(int(t[0]), int(t[1]), int(t[2]), int(t[3])), submitted
 
     async def infer_tensors(self, model: str, inputs: dict[str, np.ndarray], output: str, *,
                             timeout_us: int | None = None) -> Result:
         """Run one request of named tensors (images: uint8 pixels, batch dim 1); returns `output` and TIMING."""
-        infer_inputs = []
-        for name, array in inputs.items():
-            tensor = InferInput(name, list(array.shape), "UINT8" if array.dtype == np.uint8 else "INT64")
-            tensor.set_data_from_numpy(array)
-            infer_inputs.append(tensor)
-        submitted = time.time_ns()
-        try:
-            outputs = _OUTPUTS.get(output) or _OUTPUTS.setdefault(output, [InferRequestedOutput(output), _TIMING])
-            result = await self._client.infer(model, infer_inputs, outputs=outputs, timeout=timeout_us,
-                                              client_timeout=None if timeout_us is None else timeout_us / 1e6)
-        except InferenceServerException as exc:
-            raise _failure(exc) from exc
-        values = result.as_numpy(output)
-        timing = result.as_numpy("TIMING")
-        if values is None or timing is None:
-            raise TritonFailure(f"model {model} returned no {output}/TIMING")
-        t = timing.reshape(-1)
-        return Result(values[0], Execution(int(t[0]), int(t[1]), int(t[2]), int(t[3])), submitted, time.time_ns())
+        values, execution, submitted = await self._call(model, inputs, output, timeout_us)
+        return Result(values[0], execution, submitted, time.time_ns())

@@ -1,10 +1,13 @@
 """The Triton Python-backend model every ONNX model directory reuses (its `1/model.py` imports this).
 
-Inputs (per request, batch dim 1, ragged): INPUT_IDS int64 [1, L], optional TOKEN_TYPE_IDS int64 [1, L] (pairs),
-optional LAYER int32 [1, 1] (embedders: one of the card's `embedding.layers`; absent = the last, the default).
-Outputs: the config's first output (EMBEDDING / LOGITS: [1, D], or [1, L, C] for per-token graphs) and
-TIMING int64 [1, 4] = (execute start, unix ns; ONNX Runtime ns; rows in this execute; real tokens in it).
-TIMING is how the gateway reports Triton's own queue and forward time per request instead of guessing.
+Inputs (per request, ragged): INPUT_IDS int64 [1, L], optional TOKEN_TYPE_IDS int64 [1, L] (pairs), optional
+LAYER int32 [1, 1] (embedders: one of the card's `embedding.layers`; absent = the last, the default). A request may
+carry N rows instead (the gateway coalesces concurrent inputs into one call): then ROW_LENGTHS int32 [N, 1] gives
+each row's length, INPUT_IDS / TOKEN_TYPE_IDS are [N, W] (W ≥ every length, padded past it) and LAYER, if sent,
+is [N, 1]. Outputs: the config's first output (EMBEDDING / LOGITS: [N, D], or [N, W, C] for per-token graphs,
+zero past each row's length) and TIMING int64 [N, 4] = (execute start, unix ns; engine ns; rows in this execute;
+real tokens in it). TIMING is how the gateway reports Triton's own queue and forward time per request instead of
+guessing.
 """
 
 from __future__ import annotations
@@ -50,17 +53,17 @@ class TritonPythonModel:
         # a request whose client went away while it waited is never run; one asking for an undeclared layer fails
         # alone (the gateway checks layers first, so this guards other callers of the model)
         refused: list[Any] = [_cancelled_error() if _cancelled(r) else None for r in requests]
-        rows = []
+        rows: list[Row] = []
+        counts: list[int] = []  # rows each request carried (in request order, refused ones skipped)
         for k, r in enumerate(requests):
             if refused[k] is not None:
                 continue
-            layer = self._layer_index(pb_utils.get_input_tensor_by_name(r, "LAYER"))
-            if isinstance(layer, str):
-                refused[k] = _invalid_error(layer)
+            parsed = self._rows(r)
+            if isinstance(parsed, str):
+                refused[k] = _invalid_error(parsed)
                 continue
-            types = pb_utils.get_input_tensor_by_name(r, "TOKEN_TYPE_IDS")
-            rows.append(Row(pb_utils.get_input_tensor_by_name(r, "INPUT_IDS").as_numpy().reshape(-1),
-                            None if types is None else types.as_numpy().reshape(-1), layer))
+            rows += parsed
+            counts.append(len(parsed))
         outputs: list[np.ndarray] = []
         if rows:
             try:
@@ -70,27 +73,65 @@ class TritonPythonModel:
                 return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
             timing = np.array([[started, stats.forward_ns, stats.rows, stats.tokens]], dtype=np.int64)
         answers = iter(outputs)
+        carried = iter(counts)
         responses = []
         for error in refused:
             if error is not None:
                 responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
                 continue
-            out = next(answers)
+            mine = [next(answers) for _ in range(next(carried))]
             responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor(self.output, np.ascontiguousarray(out[None, ...], dtype=np.float32)),
-                pb_utils.Tensor("TIMING", timing),
+                pb_utils.Tensor(self.output, stacked(mine)),
+                pb_utils.Tensor("TIMING", np.repeat(timing, len(mine), axis=0)),
             ]))
         return responses
 
-    def _layer_index(self, tensor: Any) -> int | str:
-        """The index of a request's LAYER in the graph's layers axis (-1, the last, when absent), or why not."""
-        if tensor is None:
+    def _rows(self, request: Any) -> list[Row] | str:
+        """The rows one request carries (one, or ROW_LENGTHS' many), or why it is refused."""
+        ids = pb_utils.get_input_tensor_by_name(request, "INPUT_IDS").as_numpy()
+        types_tensor = pb_utils.get_input_tensor_by_name(request, "TOKEN_TYPE_IDS")
+        types = None if types_tensor is None else types_tensor.as_numpy()
+        layer_tensor = pb_utils.get_input_tensor_by_name(request, "LAYER")
+        lengths_tensor = pb_utils.get_input_tensor_by_name(request, "ROW_LENGTHS")
+        if lengths_tensor is None:  # one row: the whole tensor
+            layer = self._layer_index(None if layer_tensor is None else layer_tensor.as_numpy().reshape(-1))
+            if isinstance(layer, str):
+                return layer
+            return [Row(ids.reshape(-1), None if types is None else types.reshape(-1), layer)]
+        # Triton has checked that every input has the request's N rows
+        lengths = lengths_tensor.as_numpy().reshape(-1)
+        layers = None if layer_tensor is None else layer_tensor.as_numpy().reshape(-1)
+        if types is not None and types.shape != ids.shape:
+            return f"TOKEN_TYPE_IDS {list(types.shape)} must have INPUT_IDS' shape {list(ids.shape)}"
+        if lengths.min() < 1 or lengths.max() > ids.shape[1]:
+            return f"ROW_LENGTHS {lengths.tolist()} must be within 1..{ids.shape[1]}"
+        rows = []
+        for i, n in enumerate(lengths.tolist()):
+            layer = self._layer_index(None if layers is None else layers[i : i + 1])
+            if isinstance(layer, str):
+                return layer
+            rows.append(Row(ids[i, :n], None if types is None else types[i, :n], layer))
+        return rows
+
+    def _layer_index(self, values: np.ndarray | None) -> int | str:
+        """The index of a row's LAYER in the graph's layers axis (-1, the last, when absent), or why not."""
+        if values is None:
             return -1
-        values = tensor.as_numpy().reshape(-1)
         layer = int(values[0]) if values.size == 1 else None
         if layer is None or layer not in self.layers:
             return f"LAYER {values.tolist()} is not one of this model's layers {self.layers}"
         return self.layers.index(layer)
+
+
+def stacked(answers: list[np.ndarray]) -> np.ndarray:
+    """One request's answers as its output tensor: [N, D] pooled, [N, W, C] per token (zero past a row's length)."""
+    if answers[0].ndim == 1 or len(answers) == 1:
+        return np.ascontiguousarray(np.stack(answers), dtype=np.float32)
+    width = max(a.shape[0] for a in answers)
+    out = np.zeros((len(answers), width, *answers[0].shape[1:]), dtype=np.float32)
+    for i, a in enumerate(answers):
+        out[i, : a.shape[0]] = a
+    return out
 
 
 def declared_layers(card: Path) -> list[int]:

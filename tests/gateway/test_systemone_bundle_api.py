@@ -276,8 +276,9 @@ def test_inputs_of_a_client_that_went_away_are_never_run_by_triton(gateway_url: 
     triton = grpcclient.InferenceServerClient(triton_url)
 
     def counts() -> tuple[int, int]:
-        s = triton.get_inference_statistics("prompt-guard", as_json=True)["model_stats"][0]["inference_stats"]
-        return int(s.get("success", {}).get("count", 0)), int(s.get("fail", {}).get("count", 0))
+        """(inputs run, requests failed): the gateway sends inputs in hand together as one request of rows."""
+        stats = triton.get_inference_statistics("prompt-guard", as_json=True)["model_stats"][0]
+        return int(stats.get("inference_count", 0)), int(stats["inference_stats"].get("fail", {}).get("count", 0))
 
     async def scenario() -> None:
         async with httpx.AsyncClient(timeout=120) as client:
@@ -306,9 +307,10 @@ def test_inputs_of_a_client_that_went_away_are_never_run_by_triton(gateway_url: 
 
     before = settled()
     asyncio.run(scenario())
-    wait_for(lambda: sum(counts()) - sum(before) >= 48, 60, "Triton to account for all 48 inputs")
+    wait_for(lambda: counts()[0] - before[0] >= 32 and counts()[1] > before[1], 60,
+             "Triton to run the 32 held inputs and drop the other request")
     ran, dropped = (a - b for a, b in zip(settled(), before, strict=True))
-    assert ran + dropped == 48 and ran >= 32 and dropped >= 1, (ran, dropped)
+    assert ran == 32 and dropped >= 1, (ran, dropped)  # not one of the 16 inputs of the client that left ran
 
 
 async def _disconnect(url: str, path: str, body: dict[str, Any], model: str) -> None:
