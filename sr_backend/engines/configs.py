@@ -39,9 +39,14 @@ def served_config(model_dir: Path) -> Path:
     return generated if generated.is_file() else model_dir / SOURCE
 
 
+def text_parameters(text: str) -> dict[str, str]:
+    """A config.pbtxt's string parameters, read from its text (one `parameters: { key: … }` line each)."""
+    return dict(_PARAM.findall(text))
+
+
 def choice_of(text: str) -> dict[str, str]:
     """engine, precision, threads, instances as a config's text names them (defaults where it names none)."""
-    params = dict(_PARAM.findall(text))
+    params = text_parameters(text)
     count = _INSTANCES.search(text)
     return {"engine": params.get("engine", DEFAULTS["engine"]),
             "precision": params.get("precision", DEFAULTS["precision"]),

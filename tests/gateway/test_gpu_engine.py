@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 
 from sr_backend.engines import EngineError, load_engine
-from sr_backend.engines.configs import parameters
+from sr_backend.engines.configs import parameters, text_parameters
 from sr_backend.engines.ort_gpu import GpuRequest, gpu_request
 from sr_build import gpu
 
@@ -25,12 +25,11 @@ from .test_serve_process import copy_model
 
 MODEL = "all-minilm-l6-v2"
 ONNX = ROOT / "model_repository" / MODEL / "1" / "model.onnx"
-PARAM = re.compile(r'^parameters: \{ key: "([^"]+)", value: \{ string_value: "([^"]*)" \} \}', re.M)
 
 
 def triton_config(config_pbtxt: Path) -> dict[str, Any]:
     """The parameters of a config.pbtxt in the JSON form Triton hands initialize() (`args["model_config"]`)."""
-    return {"parameters": {k: {"string_value": v} for k, v in PARAM.findall(config_pbtxt.read_text())}}
+    return {"parameters": {k: {"string_value": v} for k, v in text_parameters(config_pbtxt.read_text()).items()}}
 
 
 def gpu_variant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[Path, list[dict[str, Any]]]:
