@@ -123,7 +123,7 @@ class Card(BaseModel):
     surfaces: list[Surface]
     dtype: str = "fp32"
     precisions: dict[Literal["bf16", "int8"], PrecisionSpec] = {}  # allowed beyond fp32, with their checks
-    engines: list[Literal["onnxruntime", "openvino"]] = ["onnxruntime", "openvino"]  # the tuner may try these
+    engines: list[Literal["onnxruntime", "openvino", "torch"]] = ["onnxruntime", "openvino", "torch"]  # tuner may try
     numerics: Literal["exact", "approximate"] = "approximate"
     tokenizer: str = "tokenizer.json"
     limits: Limits

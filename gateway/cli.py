@@ -101,7 +101,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _engine_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=["onnxruntime", "openvino"],
+    parser.add_argument("--engine", choices=["onnxruntime", "openvino", "torch"],
                         default=os.environ.get("SR_GATEWAY_ENGINE") or None,
                         help="serve text models on this engine instead of the measured fastest")
     parser.add_argument("--precision", choices=["fp32", "bf16", "int8"],

@@ -44,15 +44,21 @@ def strip_provenance(path: Path) -> None:
 
 
 def dynamo_export(module: Any, example: dict[str, np.ndarray], output: str, path: Path, *, opset: int,
-                  min_sequence: int = 2, max_sequence: int = 512) -> None:
+                  min_sequence: int = 2, max_sequence: int = 512, pt2: Path | None = None) -> None:
     """torch.onnx.export(dynamo=True) with dynamic batch and sequence on every input, saved as one file with
     provenance stripped (reproducible sha256) and checked by onnx. The legacy tracer bakes mask shapes in with
-    transformers 5, so every recipe (and the test fixtures) goes through here."""
+    transformers 5, so every recipe (and the test fixtures) goes through here. With `pt2`, the same module is
+    also saved as a `torch.export` program (the torch engine's graph, sr_backend/engines/torch_engine.py)."""
     import onnx
     import torch
 
     batch = torch.export.Dim("batch", min=1, max=4096)
     sequence = torch.export.Dim("sequence", min=min_sequence, max=max_sequence)
+    if pt2 is not None:
+        with torch.no_grad():
+            exported = torch.export.export(module, tuple(torch.from_numpy(a) for a in example.values()),
+                                           dynamic_shapes={name: {0: batch, 1: sequence} for name in example})
+        torch.export.save(exported, str(pt2))
     with torch.no_grad():
         program = torch.onnx.export(
             module,

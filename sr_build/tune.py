@@ -28,7 +28,7 @@ from gateway.cards import Card, PrecisionSpec, discover
 
 from .sources import sha256_file
 
-TUNE_FORMAT = 8  # 6: OpenVINO fp32/bf16 exact; 7: OpenVINO threads unpinned; 8: OpenVINO int8 (NNCF) candidate
+TUNE_FORMAT = 9  # 6: OpenVINO fp32/bf16 exact; 7: OpenVINO threads unpinned; 8: OpenVINO int8 (NNCF); 9: torch
 # the card's typical shapes: one request alone (latency) and a dynamic batch of them (throughput)
 LATENCY_SHAPE = (1, 128)
 THROUGHPUT_SHAPE = (16, 128)
@@ -87,7 +87,7 @@ def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for dist in ("onnxruntime", "openvino", "nncf"):
+    for dist in ("onnxruntime", "openvino", "nncf", "torch"):
         try:
             out[dist] = version(dist)
         except PackageNotFoundError:
@@ -656,6 +656,9 @@ def _tune_image(card: Card, pictures: list[np.ndarray], engine: str | None, prec
                 continue
             if (name, prec) == ("openvino", "int8"):  # NNCF is calibrated on request texts; none for pictures
                 cand.status, cand.reason = "unavailable", "openvino int8 (NNCF) has no picture calibration set"
+                continue
+            if name == "torch":
+                cand.status, cand.reason = "unavailable", "the torch engine serves text graphs only"
                 continue
             try:
                 if prec == "int8":

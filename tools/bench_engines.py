@@ -1,7 +1,8 @@
 """In-process engines: rows/s and achieved GFLOP/s of each engine × precision × shape against this host's peak.
 
 Every engine runs through the same ragged runner the Triton backend uses (sr_backend.ragged.RaggedRunner over
-sr_backend.engines), one instance with all the cores as threads. FLOPs per forward are counted from the graph:
+sr_backend.engines: ONNX Runtime, OpenVINO, PyTorch's `torch.export` program), one instance with all the cores as
+threads. FLOPs per forward are counted from the graph:
 every MatMul/Gemm with a constant weight [K, N] costs 2·K·N per token, and each attention layer (one Softmax)
 2·2·L·d per token for QKᵀ and AV (d = the first weight's K, L = the padded length). The peak is nominal: cores ×
 the clock /proc/cpuinfo reports × the FLOPs per cycle the ISA offers for that precision (see
@@ -164,54 +165,6 @@ def bench_engine(model: str, engine: str, precision: str, host: Host, seconds: f
     return out
 
 
-def bench_torch(model: str, host: Host, seconds: float, threads: int,
-                shapes: tuple[list[int], list[int]] = (list(TOKENS), list(BATCHES))) -> list[dict[str, Any]]:
-    """MiniLM in PyTorch eager (the export extra's CPU torch), fp32 and bf16 autocast, at 128 tokens: the
-    reference point the issue measured (AMX hosts run bf16 autocast on AMX); a measurement only, not a serving
-    engine (one timed forward when a forward takes over 2 s)."""
-    if model != "all-minilm-l6-v2":
-        return []
-    try:
-        import torch
-        from transformers import AutoModel
-
-        from tools.bench_peers import weights_dir
-    except ImportError as exc:
-        return [{"model": model, "engine": "torch", "precision": "fp32", "status": f"unavailable: {exc}"}]
-    torch.set_num_threads(threads)
-    net = AutoModel.from_pretrained(str(weights_dir())).eval()
-    per_token, layers, width = graph_flops(REPO / model / "1" / "model.onnx")
-    out: list[dict[str, Any]] = []
-    for precision in ("fp32", "bf16"):
-        peak, _ = host.peak_gflops(precision)
-        for tokens in [t for t in shapes[0] if t == 128] or shapes[0][:1]:  # the issue's reference length only
-            for batch in shapes[1]:
-                ids = torch.from_numpy(np.stack(_rows(30522, batch, tokens, tokens * 1000 + batch)))
-                mask = torch.ones_like(ids)
-
-                def forward(ids: Any = ids, mask: Any = mask, precision: str = precision) -> None:
-                    with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
-                        hidden = net(input_ids=ids, attention_mask=mask).last_hidden_state
-                        (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
-
-                warm = time.perf_counter()
-                forward()
-                repeats = 1 if time.perf_counter() - warm > 2.0 else 3  # emulated bf16 can take tens of seconds
-                times: list[float] = []
-                deadline = time.perf_counter() + seconds
-                while len(times) < repeats or time.perf_counter() < deadline:
-                    started = time.perf_counter()
-                    forward()
-                    times.append(time.perf_counter() - started)
-                per = float(np.median(times))
-                gflops = forward_flops(per_token, layers, width, batch, tokens) / per / 1e9
-                out.append({"model": model, "engine": "torch", "precision": precision, "status": "ok",
-                            "tokens": tokens, "batch": batch, "rows_per_s": batch / per, "ms": per * 1000,
-                            "gflops": gflops, "peak": peak, "fraction": gflops / peak})
-                print(out[-1], flush=True)
-    return out
-
-
 def render(results: list[dict[str, Any]], host: Host, load: dict[str, float], threads: int, seconds: float) -> str:
     peaks = "; ".join(f"{p}: {host.peak_gflops(p)[0]:.0f} ({host.peak_gflops(p)[1]})" for p in ("fp32", "int8",
                                                                                                  "bf16"))
@@ -277,7 +230,6 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="0 = every core")
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="sequence lengths")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)), help="batch sizes")
-    parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch eager reference rows")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md and docs/bench_engines.png")
     args = parser.parse_args()
     shapes = ([int(t) for t in args.tokens.split(",")], [int(b) for b in args.batches.split(",")])
@@ -285,9 +237,6 @@ def main() -> None:
     threads = args.threads or host.cores
     meter = LoadMeter()
     results = [r for m in args.models.split(",") for r in bench_model(m, host, args.seconds, threads, shapes)]
-    if not args.no_torch:
-        for m in args.models.split(","):
-            results += isolated(bench_torch, m, host, args.seconds, threads, shapes)
     table = render(results, host, meter.report(), threads, args.seconds)
     print(table)
     if args.write:

@@ -16,11 +16,11 @@ import numpy as np
 if TYPE_CHECKING:
     from .ort_gpu import GpuRequest
 
-ENGINES = ("onnxruntime", "openvino")
+ENGINES = ("onnxruntime", "openvino", "torch")
 PRECISIONS = ("fp32", "bf16", "int8")
 # (engine, precision) pairs that exist at all; whether this host runs them fast is measured, not assumed
 SUPPORTED = {("onnxruntime", "fp32"), ("onnxruntime", "int8"), ("openvino", "fp32"), ("openvino", "bf16"),
-             ("openvino", "int8")}
+             ("openvino", "int8"), ("torch", "fp32"), ("torch", "bf16")}
 INT8_SUFFIX = ".int8.onnx"
 INT8_RECIPES = ("dynamic", "static")  # how the int8 copy was quantised (ort_engine.py); config parameter int8_recipe
 OPENVINO_INT8_RECIPES = ("nncf",)  # OpenVINO's int8: an IR quantised by NNCF (openvino_engine.py)
@@ -72,6 +72,10 @@ def load_engine(engine: str, precision: str, onnx: Path, threads: int = 0, gpu: 
         if precision == "int8" and recipe not in INT8_RECIPES:
             raise EngineError(f"onnxruntime int8_recipe {recipe!r} is not one of {', '.join(INT8_RECIPES)}")
         return OrtEngine.from_file(_quantised(onnx, recipe) if precision == "int8" else onnx, precision, threads)
+    if engine == "torch":
+        from .torch_engine import TorchEngine
+
+        return TorchEngine.from_file(onnx, precision, threads)
     from .openvino_engine import OpenVinoEngine
 
     if precision == "int8":

@@ -84,7 +84,9 @@ def export_checked(model_dir: Path, out: Path, *, vocab: int, opset: int = 18, l
     rng = np.random.default_rng(seed)
     ids, mask = random_batch(rng, vocab, rows=2, length=16)
     tmp = out.with_suffix(".tmp.onnx")
-    dynamo_export(module, {"input_ids": ids, "attention_mask": mask}, "sentence_embedding", tmp, opset=opset)
+    program = out.with_name(out.stem + ".tmp.pt2")
+    dynamo_export(module, {"input_ids": ids, "attention_mask": mask}, "sentence_embedding", tmp, opset=opset,
+                  pt2=program)
 
     # Verify on shapes and values the exporter never saw, every exported layer on its own.
     session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
@@ -97,6 +99,7 @@ def export_checked(model_dir: Path, out: Path, *, vocab: int, opset: int = 18, l
         got = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
         if got.shape != want.shape:
             tmp.unlink(missing_ok=True)
+            program.unlink(missing_ok=True)
             raise RuntimeError(f"ONNX export answers shape {got.shape}, PyTorch {want.shape}")
         for i, k in enumerate(module.layers):
             pick = (slice(None), i) if want.ndim == 3 else (slice(None),)
@@ -104,8 +107,10 @@ def export_checked(model_dir: Path, out: Path, *, vocab: int, opset: int = 18, l
         rows += n
     if max(worst.values()) > 1e-4:
         tmp.unlink(missing_ok=True)
+        program.unlink(missing_ok=True)
         raise RuntimeError(f"ONNX export disagrees with PyTorch: max abs diff per layer {worst} > 1e-4")
     tmp.replace(out)
+    program.replace(out.with_suffix(".pt2"))  # checked where it is used: the tuner's check against this graph
     return ExportReport(max_abs_diff=max(worst.values()), checked_rows=rows, opset=opset,
                         per_layer={str(k): v for k, v in worst.items()})
 

@@ -191,7 +191,7 @@ async def test_every_input_to_the_layered_model_names_its_layer_so_all_of_them_c
             assert engine.layers == layers, (path, body)
 
 
-@pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("engine", ["onnxruntime", "openvino", "torch"])
 def test_engines_read_the_layered_output_as_pooled_and_rows_take_their_own_layer(
         engine: str, pytorch: dict[int, np.ndarray]) -> None:
     """In process: `[B, layers, D]` is not mistaken for per-token, and one padded chunk mixing layers answers each

@@ -47,7 +47,7 @@ def repo_copy(tmp_path: Path) -> Path:
     for name in ("card.yaml", "config.pbtxt"):
         shutil.copy(source / name, target / name)
     shutil.copy(source / "1" / "model.py", target / "1" / "model.py")
-    for name in ("model.onnx", "tokenizer.json"):
+    for name in ("model.onnx", "model.pt2", "tokenizer.json"):
         (target / "1" / name).symlink_to(source / "1" / name)
     return tmp_path
 
@@ -95,9 +95,15 @@ def test_an_engine_without_the_precision_or_a_cpu_without_native_bf16_is_refused
     onnx = _card().version_dir / "model.onnx"
     with pytest.raises(EngineError, match="not available"):
         load_engine("onnxruntime", "bf16", onnx)
+    with pytest.raises(EngineError, match="not available"):
+        load_engine("torch", "int8", onnx)
+    pii = discover(REPO, ["pii-rampart"])[0].version_dir / "model.onnx"  # a prebuilt ONNX: no PyTorch program
+    with pytest.raises(EngineError, match=r"model\.pt2 is missing: the torch engine runs the program"):
+        load_engine("torch", "fp32", pii)
     if not detect().has("avx512_bf16") and not detect().has("amx_bf16"):
-        with pytest.raises(EngineError, match="no native bf16"):
-            load_engine("openvino", "bf16", onnx)
+        for engine in ("openvino", "torch"):
+            with pytest.raises(EngineError, match="no native bf16"):
+                load_engine(engine, "bf16", onnx)
 
 
 def test_int8_is_accepted_only_at_a_tolerance_its_answers_meet(tmp_path: Path) -> None:
@@ -208,16 +214,17 @@ def test_models_reports_the_engine_precision_and_layout_triton_was_configured_wi
         assert card["golden"]["status"] == "matched"
 
 
-def test_a_model_tuned_to_openvino_is_served_by_triton_and_passes_its_golden_check(repo_copy: Path,
-                                                                                   quick: None) -> None:
+@pytest.mark.parametrize("engine", ["openvino", "torch"])
+def test_a_model_tuned_to_another_engine_is_served_by_triton_and_passes_its_golden_check(engine: str, repo_copy: Path,
+                                                                                         quick: None) -> None:
     card = load_card(repo_copy / MODEL / "card.yaml")
-    tune.tune_model(card, engine="openvino", precision="fp32", log=lambda _: None)
-    # the tracked config still names ONNX Runtime: only the generated one (--model-config-name) says OpenVINO
+    tune.tune_model(card, engine=engine, precision="fp32", log=lambda _: None)
+    # the tracked config still names ONNX Runtime: only the generated one (--model-config-name) names the engine
     assert configured_choice(repo_copy / MODEL / "config.pbtxt")["engine"] == "onnxruntime"
-    with serving(repo_copy, "serve-openvino.log", "gateway (openvino)") as url:
+    with serving(repo_copy, f"serve-{engine}.log", f"gateway ({engine})") as url:
         served = httpx.get(url + "/v1/models").json()["data"][0]
         assert served["status"] == "ready", served
-        assert served["engine"] == "triton/openvino" and served["engine_args"]["precision"] == "fp32"
+        assert served["engine"] == f"triton/{engine}" and served["engine_args"]["precision"] == "fp32"
         assert served["golden"]["status"] == "matched"
         got = httpx.post(url + "/v1/embeddings", json={"model": MODEL, "input": "How do I reset my password?"})
         assert got.status_code == 200
