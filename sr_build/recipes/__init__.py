@@ -17,7 +17,8 @@ from .sentence_embedding import sentence_embedding
 Recipe = Callable[[Path, Path, dict[str, Any]], ExportReport]
 # Bumped when what a recipe exports changes; with the card fields it reads beyond `build` (CARD_INPUTS), part of
 # the build cache key, so a cached model is rebuilt when its export or its declaration changes.
-REVISIONS: dict[str, int] = {"sentence-embedding": 3}  # 2: the pooled output of every declared layer; 3: + model.pt2
+# sentence-embedding 2: the pooled output of every declared layer; 3 (and prompt-guard 1): + the torch program
+REVISIONS: dict[str, int] = {"sentence-embedding": 3, "prompt-guard": 1}
 CARD_INPUTS: dict[str, dict[str, tuple[str, str]]] = {"sentence-embedding": {"layers": ("embedding", "layers")}}
 RECIPES: dict[str, Recipe] = {
     "efficientnet-lite": efficientnet_lite,

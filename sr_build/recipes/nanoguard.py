@@ -346,12 +346,13 @@ def probabilities(logits: np.ndarray) -> np.ndarray:
     return np.asarray(shifted / shifted.sum(axis=1, keepdims=True))
 
 
-def export_graph(original: Original, path: Path, opset: int) -> None:
-    """Dynamo export of the padding-reproducing wrapper (see export_module)."""
+def export_graph(original: Original, path: Path, opset: int, pt2: Path | None = None) -> None:
+    """Dynamo export of the padding-reproducing wrapper (see export_module); with `pt2`, its torch.export program
+    too (the torch engine's graph)."""
     module = export_module(original)
     rng = np.random.default_rng(SEED)
     rows = random_rows(rng, int(original.model.config.vocab_size), [16, 11], int(original.tokenizer.bos_token_id))
-    dynamo_export(module, _feed(rows), "logits", path, opset=opset, min_sequence=1, max_sequence=8192)
+    dynamo_export(module, _feed(rows), "logits", path, opset=opset, min_sequence=1, max_sequence=8192, pt2=pt2)
 
 
 def prompt_guard(src: Path, out_dir: Path, spec: dict[str, Any]) -> ExportReport:
@@ -362,7 +363,7 @@ def prompt_guard(src: Path, out_dir: Path, spec: dict[str, Any]) -> ExportReport
     torch.manual_seed(SEED)
     opset = int(spec.get("opset", 18))
     original = load_original(src)
-    onnx_tmp, tok_tmp = out_dir / "model.tmp.onnx", out_dir / "tokenizer.tmp.json"
+    onnx_tmp, tok_tmp, pt2_tmp = out_dir / "model.tmp.onnx", out_dir / "tokenizer.tmp.json", out_dir / "model.tmp.pt2"
     try:
         tokenizer = hf_tokenizer(original.encoding, original.bos, original.sequence_len)
         tokenizer.save(str(tok_tmp))
@@ -371,7 +372,7 @@ def prompt_guard(src: Path, out_dir: Path, spec: dict[str, Any]) -> ExportReport
         check_tokenizer(Tokenizer.from_file(str(tok_tmp)), original, parity_texts() + real_texts())
         check_package_scores(src, original, real_texts()[:4])
 
-        export_graph(original, onnx_tmp, opset)
+        export_graph(original, onnx_tmp, opset, pt2_tmp)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         session = ort.InferenceSession(str(onnx_tmp), sess_options=options, providers=["CPUExecutionProvider"])
@@ -382,7 +383,9 @@ def prompt_guard(src: Path, out_dir: Path, spec: dict[str, Any]) -> ExportReport
     except BaseException:
         onnx_tmp.unlink(missing_ok=True)
         tok_tmp.unlink(missing_ok=True)
+        pt2_tmp.unlink(missing_ok=True)
         raise
     tok_tmp.replace(out_dir / "tokenizer.json")
+    pt2_tmp.replace(out_dir / "model.pt2")  # checked where it is used: the tuner's check against this graph
     onnx_tmp.replace(out_dir / "model.onnx")
     return ExportReport(max_abs_diff=worst, checked_rows=rows, opset=opset)
