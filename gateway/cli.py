@@ -101,10 +101,12 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _engine_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=["onnxruntime", "openvino", "torch"],
+    from sr_backend.engines import ENGINES, PRECISIONS
+
+    parser.add_argument("--engine", choices=ENGINES,
                         default=os.environ.get("SR_GATEWAY_ENGINE") or None,
                         help="serve text models on this engine instead of the measured fastest")
-    parser.add_argument("--precision", choices=["fp32", "bf16", "int8"],
+    parser.add_argument("--precision", choices=PRECISIONS,
                         default=os.environ.get("SR_GATEWAY_PRECISION") or None,
                         help="serve at this precision (the card must allow it and its check must pass)")
 

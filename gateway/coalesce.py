@@ -79,8 +79,9 @@ class Coalescer(Generic[R]):
     def _flush(self, key: tuple[str, str, bool, bool]) -> None:
         max_rows, queue = self._waiting.pop(key)
         live = [p for p in queue if not p.future.done()]
-        for start in range(0, len(live), max(1, max_rows)):
-            group = live[start : start + max(1, max_rows)]
+        size = max(1, max_rows)
+        for start in range(0, len(live), size):
+            group = live[start : start + size]
             call = asyncio.get_running_loop().create_task(self._call(key[0], key[1], group))
             self._calls.add(call)
             call.add_done_callback(self._calls.discard)

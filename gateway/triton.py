@@ -19,13 +19,12 @@ from typing import Any, Protocol
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import InferInput, InferRequestedOutput
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from .coalesce import Coalescer, Row
 
 _TIMING = InferRequestedOutput("TIMING")
 _OUTPUTS: dict[str, list[InferRequestedOutput]] = {}  # per output name; built once, not per call
-_DTYPES = {"int64": "INT64", "int32": "INT32", "uint8": "UINT8"}  # numpy → Triton, for the tensors we send
 COALESCE_MAX_ROWS = 32  # rows one coalesced request carries at most (Triton batches several such requests)
 _LOST_INSTANCE = re.compile(r"Stub process '([^']+)' is not healthy")  # a Python-backend instance died
 
@@ -242,7 +241,7 @@ class Triton:
         """One gRPC infer: `output` (batch dim first), the execution its TIMING describes, and when it was sent."""
         inputs = []
         for name, array in tensors.items():
-            tensor = InferInput(name, list(array.shape), _DTYPES[array.dtype.name])
+            tensor = InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
             tensor.set_data_from_numpy(array)
             inputs.append(tensor)
         submitted = time.time_ns()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from gateway.cards import Card, PrecisionSpec, discover
+from sr_backend.engines.torch_engine import program_path
 
 from .sources import sha256_file
 
@@ -323,7 +324,7 @@ def _key(card: Card, onnx: Path, host: Any, engine: str | None, precision: str |
     calibration = sha256_file(_CALIBRATION_TEXTS) if _CALIBRATION_TEXTS.is_file() else "card texts"
     return {"format": TUNE_FORMAT, "host": host.key, "int8": RECIPES, "calibration": calibration,
             "onnx_sha256": sha256_file(onnx),
-            "pt2_sha256": sha256_file(program) if (program := onnx.with_suffix(".pt2")).is_file() else None,
+            "pt2_sha256": sha256_file(program) if (program := program_path(onnx)).is_file() else None,
             "versions": _versions(),
             "engines": list(card.engines), "override": [engine, precision],
             "precisions": {k: v.model_dump() for k, v in card.precisions.items()}}

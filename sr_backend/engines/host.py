@@ -29,6 +29,11 @@ class Host:
     def has(self, flag: str) -> bool:
         return flag in self.flags
 
+    @property
+    def native_bf16(self) -> bool:
+        """bf16 kernels in hardware (AVX512-BF16 or AMX); without them bf16 is emulated and slower than fp32."""
+        return self.has("avx512_bf16") or self.has("amx_bf16")
+
     def fp32_flops_per_cycle(self) -> int:
         """Per core: two FMA pipes × lanes × 2 (multiply and add)."""
         return 2 * (16 if self.has("avx512f") else 8 if self.has("avx2") else 4) * 2

@@ -42,7 +42,7 @@ class TorchEngine:
         except ImportError as exc:
             raise EngineError("the torch engine needs PyTorch (the `export` extra)") from exc
         host = detect()
-        if precision == "bf16" and not (host.has("avx512_bf16") or host.has("amx_bf16")):
+        if precision == "bf16" and not host.native_bf16:
             raise EngineError(f"this CPU has no native bf16 (ISA flags: {' '.join(host.flags) or 'none listed'})")
         if threads:
             torch.set_num_threads(threads)

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from sr_backend.engines.torch_engine import program_path
+
 from ..onnx_export import ExportReport, dynamo_export
 
 LABELS = ("safe", "injection")
@@ -386,6 +388,6 @@ def prompt_guard(src: Path, out_dir: Path, spec: dict[str, Any]) -> ExportReport
         pt2_tmp.unlink(missing_ok=True)
         raise
     tok_tmp.replace(out_dir / "tokenizer.json")
-    pt2_tmp.replace(out_dir / "model.pt2")  # checked where it is used: the tuner's check against this graph
+    pt2_tmp.replace(program_path(out_dir / "model.onnx"))  # checked where used: the tuner's check against the graph
     onnx_tmp.replace(out_dir / "model.onnx")
     return ExportReport(max_abs_diff=worst, checked_rows=rows, opset=opset)

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from sr_backend.engines.torch_engine import program_path
+
 from ..onnx_export import ExportReport, dynamo_export, random_batch
 
 
@@ -110,7 +112,7 @@ def export_checked(model_dir: Path, out: Path, *, vocab: int, opset: int = 18, l
         program.unlink(missing_ok=True)
         raise RuntimeError(f"ONNX export disagrees with PyTorch: max abs diff per layer {worst} > 1e-4")
     tmp.replace(out)
-    program.replace(out.with_suffix(".pt2"))  # checked where it is used: the tuner's check against this graph
+    program.replace(program_path(out))  # checked where it is used: the tuner's check against this graph
     return ExportReport(max_abs_diff=max(worst.values()), checked_rows=rows, opset=opset,
                         per_layer={str(k): v for k, v in worst.items()})
 

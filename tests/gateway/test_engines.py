@@ -100,7 +100,7 @@ def test_an_engine_without_the_precision_or_a_cpu_without_native_bf16_is_refused
     pii = discover(REPO, ["pii-rampart"])[0].version_dir / "model.onnx"  # a prebuilt ONNX: no PyTorch program
     with pytest.raises(EngineError, match=r"model\.pt2 is missing: the torch engine runs the program"):
         load_engine("torch", "fp32", pii)
-    if not detect().has("avx512_bf16") and not detect().has("amx_bf16"):
+    if not detect().native_bf16:
         for engine in ("openvino", "torch"):
             with pytest.raises(EngineError, match="no native bf16"):
                 load_engine(engine, "bf16", onnx)
