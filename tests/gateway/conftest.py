@@ -85,6 +85,31 @@ async def model_stats(client: Any, model: str = MODEL) -> dict[str, Any]:
     return (await client.get_inference_statistics(model, as_json=True))["model_stats"][0]  # type: ignore[no-any-return]
 
 
+def _counts(stats: dict[str, Any]) -> tuple[int, int, int]:
+    return (int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0)),
+            int(stats.get("inference_stats", {}).get("success", {}).get("count", 0)))
+
+
+async def settled_stats(client: Any, model: str = MODEL, inferences: int | None = None,
+                        timeout: float = 30.0) -> dict[str, Any]:
+    """A model's statistics once Triton has recorded everything sent so far.
+
+    The Python backend records a request's statistics just after its response has gone out, so a read taken right
+    after an answer may miss that request. Wait until `inference_count` reaches `inferences` (when the caller knows
+    it) and the counts read the same five times in a row.
+    """
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    seen = [await model_stats(client, model)]
+    while (len(seen) < 5 or len({_counts(s) for s in seen[-5:]}) > 1
+           or (inferences is not None and _counts(seen[-1])[0] < inferences)):
+        assert time.monotonic() < deadline, f"Triton's statistics for {model} never settled: {_counts(seen[-1])}"
+        await asyncio.sleep(0.02)
+        seen.append(await model_stats(client, model))
+    return seen[-1]
+
+
 @pytest.fixture(scope="session")
 def triton_url() -> Iterator[str]:
     import tritonclient.grpc as grpcclient

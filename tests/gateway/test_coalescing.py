@@ -16,7 +16,7 @@ import pytest
 from gateway.coalesce import Coalescer, Row
 from gateway.triton import Result, Triton, TritonFailure
 
-from .conftest import MODEL, model_stats
+from .conftest import MODEL, settled_stats
 
 PII = "pii-rampart"
 
@@ -172,11 +172,12 @@ def test_concurrent_inputs_reach_triton_as_one_request_and_each_gets_its_own_ans
     async def run() -> tuple[list[Result], list[Result], int, int]:
         triton = Triton(triton_url)
         try:
+            start = await settled_stats(triton._client)
             alone = [await triton.infer(MODEL, "EMBEDDING", r, layer=k) for r, k in zip(rows, layers, strict=True)]
-            before = await model_stats(triton._client)
+            before = await settled_stats(triton._client, inferences=int(start["inference_count"]) + len(rows))
             together = await asyncio.gather(*(triton.infer(MODEL, "EMBEDDING", r, layer=k)
                                               for r, k in zip(rows, layers, strict=True)))
-            after = await model_stats(triton._client)
+            after = await settled_stats(triton._client, inferences=int(before["inference_count"]) + len(rows))
         finally:
             await triton.close()
         success = [int(stats["inference_stats"]["success"]["count"]) for stats in (before, after)]

@@ -10,7 +10,7 @@ import yaml
 
 from gateway.surfaces.info import MODEL_REQUESTS, OPENAPI_PATH
 
-from .conftest import MODEL, model_stats
+from .conftest import MODEL, settled_stats
 from .contract import check, document
 
 
@@ -93,13 +93,13 @@ def test_metrics_count_requests_phases_batches_and_readiness(http: httpx.Client)
 def test_concurrent_requests_are_batched_by_triton(gateway_url: str, triton_url: str) -> None:
     async def run() -> tuple[int, int]:
         client = grpcaio.InferenceServerClient(triton_url)
-        before = await model_stats(client)
+        before = await settled_stats(client)
         async with httpx.AsyncClient(base_url=gateway_url, timeout=60) as http:
             texts = [f"concurrent request number {i} about topic {i % 7}" for i in range(32)]
             rs = await asyncio.gather(*(http.post("/v1/embeddings", json={"model": MODEL, "input": t})
                                         for t in texts))
         assert all(r.status_code == 200 for r in rs)
-        after = await model_stats(client)
+        after = await settled_stats(client, inferences=int(before.get("inference_count", 0)) + len(texts))
         await client.close()
         return (int(after["inference_count"]) - int(before.get("inference_count", 0)),
                 int(after["execution_count"]) - int(before.get("execution_count", 0)))

@@ -359,37 +359,26 @@ def test_the_result_cache_answers_repeated_questions_without_the_model(v4: str, 
 def test_identical_inputs_across_a_bundles_tasks_for_one_model_run_once(gateway_url: str, triton_url: str) -> None:
     import tritonclient.grpc.aio as grpcaio
 
-    from .conftest import model_stats
+    from .conftest import settled_stats
 
-    async def count() -> int:
+    async def count(inferences: int | None = None) -> int:
         client = grpcaio.InferenceServerClient(triton_url)
         try:
-            return int((await model_stats(client, "pii-rampart")).get("inference_count", 0))
+            return int((await settled_stats(client, "pii-rampart", inferences)).get("inference_count", 0))
         finally:
             await client.close()
 
     text = f"Write to jane.doe@example.com at {time.time()}"  # pii-rampart: no other test here cancels its work
     task = {"classify": {"model": "pii-rampart", "input": [text]}}
-    def settled() -> int:
-        """Triton records statistics just after it answers: read them once unchanged over 5 reads."""
-        seen = [asyncio.run(count())]
-        while len(seen) < 5 or len(set(seen[-5:])) > 1:
-            time.sleep(0.05)
-            seen.append(asyncio.run(count()))
-            assert len(seen) < 400, "Triton's statistics never settled"
-        return seen[-1]
-
-    before = settled()
+    before = asyncio.run(count())
     r = bundle(gateway_url, {"tasks": [{"id": "a", **task}, {"id": "b", **task}, {"id": "c", **task}]})
     results = r.json()["results"]
     assert [x["status"] for x in results] == [200, 200, 200]
     assert results[0]["classify"]["results"] == results[1]["classify"]["results"] == results[2]["classify"]["results"]
-    wait_for(lambda: asyncio.run(count()) > before, 10, "Triton to record the bundle's input")
-    assert settled() == before + 1  # one model input for the three tasks
+    assert asyncio.run(count(before + 1)) == before + 1  # one model input for the three tasks
     httpx.post(gateway_url + "/v1/classify", json=task["classify"])
     httpx.post(gateway_url + "/v1/classify", json=task["classify"])
-    wait_for(lambda: asyncio.run(count()) >= before + 3, 10, "Triton to record both requests")
-    assert settled() == before + 3  # separate requests are not merged
+    assert asyncio.run(count(before + 3)) == before + 3  # separate requests are not merged
 
 
 def test_a_body_that_is_not_json_gets_the_schemas_error_shape_too(gateway_url: str, v4: str) -> None:
