@@ -310,24 +310,19 @@ def gateway_cells(url: str, pid: int, triton: str, model: str, path: str, body: 
 
 async def triton_load(triton: str, model: str, output: str, ids: Callable[[int], np.ndarray], concurrency: int,
                       requests: int) -> Run:
-    """Closed loop straight at Triton over gRPC (no gateway, no HTTP): each call tokenizes (`ids`) and runs one
-    sequence, like a gateway request without the gateway. Separates Triton's cost from the gateway's."""
-    import tritonclient.grpc.aio as grpcaio
-    from tritonclient.grpc import InferInput, InferRequestedOutput
+    """Closed loop straight at Triton through the gateway's own seam (`gateway.triton.Triton`: gRPC, concurrent
+    sequences coalesced into requests of rows as the gateway sends them), with no HTTP and no surface: each call
+    tokenizes (`ids`) and runs one sequence. Separates Triton's cost from the rest of the gateway's."""
+    from gateway.triton import Triton
 
-    client = grpcaio.InferenceServerClient(triton)
-    outputs = [InferRequestedOutput(output)]
+    client = Triton(triton)
     run = Run()
     counter = iter(range(requests))
 
     async def caller() -> None:
         for i in counter:
             started = time.perf_counter()
-            row = ids(i).reshape(1, -1)
-            tensor = InferInput("INPUT_IDS", list(row.shape), "INT64")
-            tensor.set_data_from_numpy(row)
-            result = await client.infer(model, [tensor], outputs=outputs)
-            result.as_numpy(output)
+            await client.infer(model, output, ids(i).tolist())
             run.latencies_ms.append((time.perf_counter() - started) * 1000)
 
     started = time.perf_counter()
