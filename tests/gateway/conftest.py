@@ -96,7 +96,7 @@ async def settled_stats(client: Any, model: str = MODEL, inferences: int | None 
 
     The Python backend records a request's statistics just after its response has gone out, so a read taken right
     after an answer may miss that request. Wait until `inference_count` reaches `inferences` (when the caller knows
-    it) and the counts read the same five times in a row.
+    it) and the counts read the same five times in a row, 50 ms apart.
     """
     import asyncio
 
@@ -105,7 +105,7 @@ async def settled_stats(client: Any, model: str = MODEL, inferences: int | None 
     while (len(seen) < 5 or len({_counts(s) for s in seen[-5:]}) > 1
            or (inferences is not None and _counts(seen[-1])[0] < inferences)):
         assert time.monotonic() < deadline, f"Triton's statistics for {model} never settled: {_counts(seen[-1])}"
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)
         seen.append(await model_stats(client, model))
     return seen[-1]
 
