@@ -6,6 +6,7 @@ Triton's own gRPC statistics. The model repository must be built (`make models`;
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -85,9 +86,10 @@ async def model_stats(client: Any, model: str = MODEL) -> dict[str, Any]:
     return (await client.get_inference_statistics(model, as_json=True))["model_stats"][0]  # type: ignore[no-any-return]
 
 
-def _counts(stats: dict[str, Any]) -> tuple[int, int, int]:
+def _counts(stats: dict[str, Any]) -> tuple[int, int, int, int]:
+    requests = stats.get("inference_stats", {})
     return (int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0)),
-            int(stats.get("inference_stats", {}).get("success", {}).get("count", 0)))
+            int(requests.get("success", {}).get("count", 0)), int(requests.get("fail", {}).get("count", 0)))
 
 
 async def settled_stats(client: Any, model: str = MODEL, inferences: int | None = None,
@@ -98,8 +100,6 @@ async def settled_stats(client: Any, model: str = MODEL, inferences: int | None 
     after an answer may miss that request. Wait until `inference_count` reaches `inferences` (when the caller knows
     it) and the counts read the same five times in a row, 50 ms apart.
     """
-    import asyncio
-
     deadline = time.monotonic() + timeout
     seen = [await model_stats(client, model)]
     while (len(seen) < 5 or len({_counts(s) for s in seen[-5:]}) > 1

@@ -13,11 +13,21 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import yaml
 
 from gateway import cli
 from gateway.cards import Card, PrecisionSpec, discover, load_card
 from gateway.runtime import ServedModel, apply_loaded_config, served_dtype, served_engine, served_precision
-from sr_backend.engines import EngineError, configured_choice, int8_path, load_configured, load_engine
+from gateway.surfaces.info import OPENAPI_PATH
+from sr_backend.engines import (
+    ENGINES,
+    PRECISIONS,
+    EngineError,
+    configured_choice,
+    int8_path,
+    load_configured,
+    load_engine,
+)
 from sr_backend.engines.configs import generated_config, is_stale, refresh
 from sr_backend.engines.host import detect
 from sr_backend.engines.ort_engine import quantize_int8
@@ -348,3 +358,11 @@ def test_a_model_other_cards_ride_on_is_offered_only_the_precisions_every_rider_
     for rider in riders:  # served at bf16, a rider's golden is checked at the tolerance its card states for bf16
         served, _ = served_precision(rider, {"engine": "openvino", "precision": "bf16", "threads": "2"})
         assert served.golden is not None and served.golden.tolerance == rider.precisions["bf16"].golden_tolerance
+
+
+def test_the_openapi_contract_names_every_engine_and_precision_the_tuner_can_serve() -> None:
+    """`/v1/models` reports engine_args.engine/precision from sr_backend's lists (the CLI's choices too): the
+    contract's enums must grow with them, or a response would break its own schema."""
+    args = yaml.safe_load(OPENAPI_PATH.read_bytes())["components"]["schemas"]["ModelCard"]["properties"]["engine_args"]
+    assert set(ENGINES) <= set(args["properties"]["engine"]["enum"])
+    assert set(PRECISIONS) <= set(args["properties"]["precision"]["enum"])

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import NLI, Served, free_port, start, stop, wait_for
+from .conftest import NLI, Served, free_port, settled_stats, start, stop, wait_for
 from .contract import check, timings
 
 MODEL = "decision-zeroshot"
@@ -272,13 +272,16 @@ def test_inputs_of_a_client_that_went_away_are_never_run_by_triton(gateway_url: 
     """Cancelling reaches Triton: the inputs of a disconnected client still waiting in Triton's queue are dropped
     by the model (they fail as cancelled), not computed for nobody."""
     import tritonclient.grpc as grpcclient
+    import tritonclient.grpc.aio as grpcaio
 
     triton = grpcclient.InferenceServerClient(triton_url)
 
-    def counts() -> tuple[int, int]:
+    def ran_and_failed(stats: dict[str, Any]) -> tuple[int, int]:
         """(inputs run, requests failed): the gateway sends inputs in hand together as one request of rows."""
-        stats = triton.get_inference_statistics("prompt-guard", as_json=True)["model_stats"][0]
         return int(stats.get("inference_count", 0)), int(stats["inference_stats"].get("fail", {}).get("count", 0))
+
+    def counts() -> tuple[int, int]:
+        return ran_and_failed(triton.get_inference_statistics("prompt-guard", as_json=True)["model_stats"][0])
 
     async def scenario() -> None:
         async with httpx.AsyncClient(timeout=120) as client:
@@ -297,13 +300,15 @@ def test_inputs_of_a_client_that_went_away_are_never_run_by_triton(gateway_url: 
             assert (await holder).status_code == 200
 
     def settled() -> tuple[int, int]:
-        """Triton's counts once earlier tests' cancelled work has been accounted for (unchanged over 5 reads)."""
-        seen = [counts()]
-        while len(seen) < 5 or len(set(seen[-5:])) > 1:
-            time.sleep(0.1)
-            seen.append(counts())
-            assert len(seen) < 600, "Triton's counts never settled"
-        return seen[-1]
+        """Triton's counts once earlier tests' cancelled work has been accounted for."""
+        async def read() -> dict[str, Any]:
+            client = grpcaio.InferenceServerClient(triton_url)
+            try:
+                return await settled_stats(client, "prompt-guard", timeout=60)
+            finally:
+                await client.close()
+
+        return ran_and_failed(asyncio.run(read()))
 
     before = settled()
     asyncio.run(scenario())
@@ -358,8 +363,6 @@ def test_the_result_cache_answers_repeated_questions_without_the_model(v4: str, 
 
 def test_identical_inputs_across_a_bundles_tasks_for_one_model_run_once(gateway_url: str, triton_url: str) -> None:
     import tritonclient.grpc.aio as grpcaio
-
-    from .conftest import settled_stats
 
     async def count(inferences: int | None = None) -> int:
         client = grpcaio.InferenceServerClient(triton_url)
