@@ -37,7 +37,16 @@ lint: venv
 test-gateway: models
 	$(BIN)/pytest -q tests/gateway
 
-test: lint lint-controlplane test-gateway test-controlplane
+# Every target runs even when an earlier one fails (a red gateway suite still reports the control plane's result);
+# the summary names each failed target and the exit status is non-zero if any failed.
+TEST_TARGETS := lint lint-controlplane test-gateway test-controlplane
+test:
+	@failed=""; for target in $(TEST_TARGETS); do \
+		echo "==> make $$target"; \
+		$(MAKE) --no-print-directory $$target || failed="$$failed $$target"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
+	echo "make test: every target passed ($(TEST_TARGETS))"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -13,10 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gateway.cards import load_card
 from gateway.coalesce import Coalescer, Row
 from gateway.triton import Result, Triton, TritonFailure
 
-from .conftest import MODEL, settled_stats
+from .conftest import MODEL, ROOT, settled_stats
+from .precision import golden_tolerance
 
 PII = "pii-rampart"
 
@@ -210,7 +212,9 @@ def test_per_token_rows_come_back_at_their_own_length(gateway_url: str, triton_u
     for r, a, t in zip(rows, alone, together, strict=True):
         assert t.values.shape == a.values.shape == (len(r), 35)
         assert np.array_equal(a.values.argmax(-1), t.values.argmax(-1))
-        assert np.max(np.abs(a.values - t.values)) < 1e-3
+        # rows padded with others round differently; by how much depends on the precision this host serves
+        assert np.max(np.abs(a.values - t.values)) <= golden_tolerance(load_card(ROOT / "model_repository" / PII
+                                                                                  / "card.yaml"))
 
 
 @pytest.mark.parametrize(("lengths", "width", "layers", "why"), [

@@ -14,13 +14,15 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.cards import load_card
 from gateway.supervisor import SHM, STUB, group_members
 
-from .conftest import MODEL, free_port, start, stop, wait_for
+from .conftest import MODEL, ROOT, free_port, start, stop, wait_for
 from .contract import check
+from .precision import repository_at, served
 
 FAST = {"SR_GATEWAY_TRITON_CHECK_SECONDS": "0.2", "SR_GATEWAY_TRITON_RESTART_BACKOFF_SECONDS": "0.2",
-        "SR_GATEWAY_TRITON_RESTART_LIMIT": "2"}
+        "SR_GATEWAY_TRITON_RESTART_LIMIT": "2", "SR_GATEWAY_LIVENESS_FAILED_SECONDS": "2"}
 
 
 def children(pid: int, name: str) -> list[int]:
@@ -101,9 +103,20 @@ def health(url: str) -> dict:  # type: ignore[type-arg]
 
 
 @pytest.fixture(scope="module")
-def child() -> Iterator[tuple[str, subprocess.Popen]]:  # type: ignore[type-arg]
+def two_instances(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """MiniLM on the engine this host's tuner chose, as two instances whatever layout the tuner picked (these tests
+    kill one of two): a repository of its own (precision.repository_at)."""
+    card = load_card(ROOT / "model_repository" / MODEL / "card.yaml")
+    repo = tmp_path_factory.mktemp("two-instances")
+    repository_at(repo, ROOT / "model_repository", {MODEL: {**served(card), "instances": "2"}})
+    return repo
+
+
+@pytest.fixture(scope="module")
+def child(two_instances: Path) -> Iterator[tuple[str, subprocess.Popen]]:  # type: ignore[type-arg]
     port = free_port()
-    proc = start(["serve", "--port", str(port), "--models", MODEL], "self-healing.log", env=FAST)
+    proc = start(["serve", "--port", str(port), "--models", MODEL, "--model-repository", str(two_instances)],
+                 "self-healing.log", env=FAST)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: health(url)["status"] == "ready", 180, "gateway (child Triton)", proc)
@@ -226,12 +239,17 @@ def test_exits_beyond_the_restart_limit_fail_every_model_with_the_reason(
     r = httpx.post(url + "/v1/embeddings", json={"input": "x"})
     assert r.status_code == 503 and r.json()["error"]["code"] == "not_ready"
     assert not children(proc.pid, "tritonserver") and not group_members(triton)
-    assert httpx.get(url + "/health/live").status_code == 200
+    # given up for good: after --liveness-failed-seconds, liveness fails so Kubernetes replaces the process
+    wait_for(lambda: httpx.get(url + "/health/live").status_code == 503, 30, "liveness to fail", proc)
+    live = httpx.get(url + "/health/live").json()
+    check("/health/live", "get", 503, live)
+    assert live["status"] == "failed" and "not restarted again: 2 restarts within 600 s" in live["reason"]
 
 
-def test_a_killed_gateway_takes_tritonserver_and_its_stubs_down() -> None:
+def test_a_killed_gateway_takes_tritonserver_and_its_stubs_down(two_instances: Path) -> None:
     port = free_port()
-    proc = start(["serve", "--port", str(port), "--models", MODEL], "self-healing-killed.log", env=FAST)
+    proc = start(["serve", "--port", str(port), "--models", MODEL, "--model-repository", str(two_instances)],
+                 "self-healing-killed.log", env=FAST)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: health(url)["status"] == "ready", 180, "gateway", proc)
