@@ -56,13 +56,16 @@ class State:
         return self._render(tuple(p for p in self.parts if p.key in wanted))
 
     def span_view(self, over: tuple[str, ...] | None) -> View:
-        """Span offsets index one part, so a span question reads exactly one."""
+        """Span offsets index one part, so a span question reads exactly one: its own text, never its rendered
+        `role:\n…` block (offsets are code points of the part read)."""
         if over is not None:
             if len(over) != 1:
                 raise QuestionError("a span question reads one part; over must name exactly one")
-            return self.view(over)
+            self.view(over)  # the same errors as any question naming parts
+            named = next(p for p in self.parts if p.key == over[0])
+            return View(named.text, (named.key,))
         if len(self.parts) == 1:
-            return self._render(self.parts)
+            return View(self.parts[0].text, (self.parts[0].key,))
         by_role = {p.role: p for p in self.parts if p.role is not None}
         by_key = {p.key: p for p in self.parts}
         for name in SPAN_DEFAULTS:

@@ -8,8 +8,11 @@ No generative decision model ships offline, so this family answers with what we 
   true description or the instructions as the text (a lone false description flips it);
 - set: one such sigmoid per label (independent labels);
 - span: the tagger's BIO spans whose entity types the question's labels name (by key or alias, else by a word of
-  the description), offsets in code points of the one part read; the question's noul is the highest probability
-  any token of the part has of being one of those types.
+  the description), merged with the spans of the field's PII libraries (pii_zh: validated e-mails, phone numbers,
+  resident ids, bank cards; Chinese names and addresses), which win where the two overlap; the tagger's spans over
+  Han characters, which it reads as unknown tokens, are dropped. Offsets in code points of the one part read; the
+  question's noul is the highest probability any token of the part (or a library span) has of being one of those
+  types.
 
 Temperatures and biases are fitted on the labelled set in tools/decisions_eval (tools/fit_decisions.py).
 Option texts are embedded once per distinct text and kept in a bounded LRU cache.
@@ -17,6 +20,7 @@ Option texts are embedded once per distinct text and kept in a bounded LRU cache
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -34,6 +38,10 @@ from ...surfaces.jobs import Job, run_jobs
 from ...text import InputTooLong
 from ...timing import Timing
 from ..answers import Outcome
+from ..pii_zh import TYPES as LIBRARY_TYPES
+from ..pii_zh import Found, has_han
+from ..pii_zh import find as find_pii
+from ..pii_zh import load as load_pii
 from ..questions import Option, Question, QuestionError
 from ..state import View
 from .base import Ask, Context, Family, FamilyError, Params, Phases
@@ -130,6 +138,12 @@ class ZeroShot(Family):
 
     def components(self) -> list[str]:
         return [self.params.tagger.model] if self.params.tagger is not None else []
+
+    async def warm(self, runtime: Any) -> None:
+        """Span questions also read the PII libraries: load them now (off the event loop), not on a first request."""
+        await super().warm(runtime)
+        if "span" in self.spec.question_types:
+            await asyncio.to_thread(load_pii)
 
     def optional_components(self) -> list[str]:
         """The OCR model: waited for when this process serves it; without it, questions over images fail alone."""
@@ -415,19 +429,31 @@ class ZeroShot(Family):
         jobs = [j for item in items.values() for j in item.jobs]
         queue_ms, forward_ms = await run_jobs(ctx.runtime, tagger, jobs, deadline_ms=ctx.deadline_ms,
                                              timing=Timing(started=ctx.started))
+        tokens_of: dict[tuple[str, bool], tuple[np.ndarray, list[tuple[int, int]]]] = {}
+        for key, item in items.items():
+            if item.error is None and all(j.result is not None for j in item.jobs):
+                tokens_of[key] = token_probabilities(item, [np.asarray(j.result.values) for j in item.jobs
+                                                             if j.result is not None])
+        # The libraries read exactly the text the tagger read (a truncated part: up to its last token read), so
+        # the card's scan limits bound their cost too; in a worker thread, off the event loop.
+        read = {key: key[0][:offsets[-1][1]] if key[1] and offsets else key[0]
+                for key, (_, offsets) in tokens_of.items()}
+        distinct = list(dict.fromkeys(read.values()))
+        library = dict(zip(distinct, await asyncio.to_thread(lambda: [find_pii(t) for t in distinct]), strict=True))
         for ask in asks:
-            item = items[(ask.view.text, ask.question.overflow == "truncate")]
+            key = (ask.view.text, ask.question.overflow == "truncate")
+            item = items[key]
             ask.view_tokens = int(item.usage.get("tokens", 0))
             failed = item.error or next((j.error for j in item.jobs if j.error is not None), None)
-            if failed is not None:
-                ask.fail(failed)
+            if failed is not None or key not in tokens_of:
+                ask.fail(failed or ItemError("invalid_model_output", "the tagger gave no answer"))
                 continue
-            results = [np.asarray(j.result.values) for j in item.jobs if j.result is not None]
-            probs, offsets = token_probabilities(item, results)
-            ask.outcome = self._spans(ask, head.labels, probs, offsets)
+            probs, offsets = tokens_of[key]
+            ask.outcome = self._spans(ask, head.labels, probs, offsets, library[read[key]])
         return Phases.of(queue_ms, forward_ms)
 
-    def _spans(self, ask: Ask, labels: list[str], probs: np.ndarray, offsets: list[tuple[int, int]]) -> Outcome:
+    def _spans(self, ask: Ask, labels: list[str], probs: np.ndarray, offsets: list[tuple[int, int]],
+               library: list[Found] | None = None) -> Outcome:
         q = ask.question
         wanted = self.span_types(q)
         threshold = q.threshold if q.threshold is not None else self.spec.thresholds.get("span", 0.5)
@@ -437,6 +463,13 @@ class ZeroShot(Family):
         found = [s for s in decode_spans(probs, offsets, labels, threshold) if s.label in wanted]
         text = ask.view.text
         spans: list[dict[str, Any]] = []
+        chosen: list[dict[str, Any]] = []  # the libraries' spans the question's labels name
+        for f in library or []:
+            label = next((wanted[t] for t in LIBRARY_TYPES.get(f.entity, ()) if t in wanted), None)
+            if label is not None and f.probability >= threshold:
+                chosen.append({"label": label, "start": f.start, "end": f.end, "text": text[f.start:f.end],
+                               "probability": round(f.probability, 6)})
+                p_any = max(p_any, f.probability)
         for s in found:
             label = wanted[s.label]
             last = spans[-1] if spans else None
@@ -447,4 +480,9 @@ class ZeroShot(Family):
                 continue
             spans.append({"label": label, "start": s.start, "end": s.end, "text": text[s.start:s.end],
                           "probability": round(s.probability, 6)})
-        return Outcome(np.asarray([p_any]), spans)
+        # A library span beats a tagger fragment over it (`.wei` of an e-mail, a mobile number called TAX_ID, an
+        # 18-digit number whose resident-id check digit fails), whether or not the question asked for the library
+        # span's label; the tagger reads Han characters as unknown tokens, so its spans over them are dropped.
+        spans = [s for s in spans if not has_han(s["text"])
+                 and all(s["end"] <= f.start or f.end <= s["start"] for f in library or [])]
+        return Outcome(np.asarray([p_any]), sorted([*chosen, *spans], key=lambda s: s["start"]))

@@ -1,0 +1,164 @@
+"""Chinese (and language-independent) PII spans: the library recognisers in gateway/decisions/pii_zh.py, and span
+questions through the real served gateway, where they merge with the English tagger's (pii-rampart) spans.
+
+All personal data here is invented: names, numbers and addresses are made up; resident ids carry a valid check
+digit only where the test says so; e-mail domains are example.cn / example.com."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from stdnum import luhn
+from stdnum.cn import ric
+
+from gateway.decisions import pii_zh
+from gateway.decisions.state import parse_state
+
+from .contract import check
+
+MODEL = "decision-zeroshot"
+VALID_ID = "11010519850214003" + ric.calc_check_digit("11010519850214003?")  # 北京朝阳, born 1985-02-14 (the
+# library's calc_check_digit takes the number with a check-digit placeholder)
+BAD_ID = VALID_ID[:-1] + ("0" if VALID_ID[-1] != "0" else "1")  # same 18 digits, wrong check digit
+CARD = "622848001234567890" + luhn.calc_check_digit("622848001234567890")  # 19 digits, Luhn-valid
+
+
+def found(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for f in pii_zh.find(text):
+        out.setdefault(f.entity, []).append(text[f.start:f.end])
+    return out
+
+
+# -- the module ---------------------------------------------------------------------------------------------------
+def test_a_chinese_email_is_found_whole_without_the_han_characters_around_it() -> None:
+    assert found("有问题请发邮件到wang.wei@example.cn谢谢")["EMAIL_ADDRESS"] == ["wang.wei@example.cn"]
+
+
+def test_a_chinese_mobile_and_a_landline_are_phone_numbers() -> None:
+    got = found("我的手机号是13812345678，办公室座机010-62345678。")
+    assert got["PHONE_NUMBER"] == ["13812345678", "010-62345678"]
+
+
+def test_a_number_outside_the_chinese_plan_in_e164_form_is_a_phone_number() -> None:
+    assert found("他在伦敦的号码是+44 20 7946 0958。")["PHONE_NUMBER"] == ["+44 20 7946 0958"]
+
+
+def test_a_resident_id_with_a_valid_check_digit_is_found_and_one_with_a_bad_check_digit_is_not() -> None:
+    assert ric.is_valid(VALID_ID) and not ric.is_valid(BAD_ID)
+    assert found(f"身份证号：{VALID_ID}。")["CN_RESIDENT_ID"] == [VALID_ID]
+    assert "CN_RESIDENT_ID" not in found(f"身份证号：{BAD_ID}。")
+
+
+def test_a_luhn_valid_bank_card_is_found_in_groups_of_four_and_a_bad_one_is_not() -> None:
+    grouped = " ".join(CARD[i:i + 4] for i in range(0, len(CARD), 4))
+    assert found(f"工资卡卡号{grouped}，开户行招商银行。")["BANK_CARD"] == [grouped]
+    wrong = CARD[:-1] + str((int(CARD[-1]) + 1) % 10)
+    assert "BANK_CARD" not in found(f"卡号{wrong}")
+
+
+def test_a_chinese_name_is_a_person_and_a_full_address_is_one_address_span() -> None:
+    text = "收件人：赵一鸣，地址：广东省深圳市南山区粤海街道高新南七道18号，电话13912345678"
+    got = found(text)
+    assert got["PERSON"] == ["赵一鸣"]
+    assert got["ADDRESS"] == ["广东省深圳市南山区粤海街道高新南七道18号"]
+    assert got["PHONE_NUMBER"] == ["13912345678"]
+
+
+def test_a_lone_city_name_is_not_an_address() -> None:
+    assert "ADDRESS" not in found("我在北京工作，周末常去天津。")
+
+
+def test_text_without_personal_data_gives_nothing() -> None:
+    assert found("请问这个季度的退货政策有什么变化？订单满99元包邮。") == {}
+
+
+def test_offsets_are_code_points_even_after_characters_outside_the_basic_plane() -> None:
+    text = "😀😀 邮箱 li.na@example.com"
+    [f] = pii_zh.find(text)
+    assert (f.start, f.end) == (6, 23) and text[f.start:f.end] == "li.na@example.com"
+
+
+def test_resolve_keeps_the_first_of_two_overlapping_candidates_and_both_of_two_apart() -> None:
+    a, b, c = pii_zh.Found("CN_RESIDENT_ID", 0, 18, 1.0), pii_zh.Found("PHONE_NUMBER", 3, 14, 1.0), \
+        pii_zh.Found("PERSON", 20, 22, 0.85)
+    assert pii_zh.resolve([a, b, c]) == [a, c]
+
+
+def test_a_span_question_over_a_one_part_object_reads_the_part_itself_not_its_rendered_block() -> None:
+    state = parse_state({"ticket": "Mail me at jane.doe@example.com"})
+    assert state.span_view(None).text == "Mail me at jane.doe@example.com"
+    two = parse_state({"request": "hello", "answer": "bye"})
+    assert two.span_view(("request",)).text == "hello"
+
+
+# -- through the served gateway -------------------------------------------------------------------------------------
+def spans(http: httpx.Client, state: Any, question: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    r = http.post("/v1/decisions", json={"model": MODEL, "state": state, "questions": {"p": question}})
+    assert r.status_code == 200, r.text
+    check("/v1/decisions", "post", r.status_code, r.json(), r.headers)
+    body = r.json()
+    return body.get("spans", {}).get("p", []), body["answers"]["p"]
+
+
+PII = {"type": "span", "preset": "pii"}
+
+
+def test_a_chinese_email_comes_back_whole_through_the_api(http: httpx.Client) -> None:
+    text = "您好，我是客户王伟，邮箱wang.wei@example.cn，麻烦尽快回复。"
+    got, answer = spans(http, text, {"type": "span", "instructions": "找出邮箱",
+                                     "labels": [{"key": "EMAIL_ADDRESS", "description": "电子邮箱"}]})
+    assert [(s["label"], s["text"]) for s in got] == [("EMAIL_ADDRESS", "wang.wei@example.cn")]
+    assert text[got[0]["start"]:got[0]["end"]] == "wang.wei@example.cn" and answer["noul"] > 0.5
+
+
+def test_a_chinese_mobile_number_is_a_phone_number_and_not_a_tax_id(http: httpx.Client) -> None:
+    text = "快递到了请打我手机15267891234，谢谢。"
+    got, _ = spans(http, text, PII)
+    assert [(s["label"], s["text"]) for s in got] == [("PHONE_NUMBER", "15267891234")]
+
+
+def test_a_valid_resident_id_is_a_government_id_and_a_bad_checksum_is_not(http: httpx.Client) -> None:
+    good, _ = spans(http, f"我的身份证号码是{VALID_ID}，请核对。", PII)
+    assert ("GOVERNMENT_ID", VALID_ID) in [(s["label"], s["text"]) for s in good]
+    bad, _ = spans(http, f"我的身份证号码是{BAD_ID}，请核对。", PII)
+    assert "GOVERNMENT_ID" not in [s["label"] for s in bad]
+
+
+def test_a_chinese_name_is_a_person(http: httpx.Client) -> None:
+    got, _ = spans(http, "昨天下午刘芳芳来店里退了一件外套。", PII)
+    assert [(s["label"], s["text"]) for s in got] == [("PERSON", "刘芳芳")]
+
+
+def test_offsets_of_a_one_part_object_state_index_that_part(http: httpx.Client) -> None:
+    state = {"ticket": "退款请联系 zhou.min@example.cn 或 13698765432"}
+    got, _ = spans(http, state, PII)
+    assert [(s["label"], s["text"]) for s in got] == [("EMAIL_ADDRESS", "zhou.min@example.cn"),
+                                                      ("PHONE_NUMBER", "13698765432")]
+    for s in got:
+        assert state["ticket"][s["start"]:s["end"]] == s["text"]
+
+
+def test_offsets_of_a_part_named_by_over_index_that_part(http: httpx.Client) -> None:
+    state = {"request": "帮我改一下收货地址", "answer": "好的，已改为上海市徐汇区漕溪北路88号，联系人孙立"}
+    got, _ = spans(http, state, {**PII, "over": "answer"})
+    assert ("ADDRESS", "上海市徐汇区漕溪北路88号") in [(s["label"], s["text"]) for s in got]
+    for s in got:
+        assert state["answer"][s["start"]:s["end"]] == s["text"]
+
+
+def test_english_names_still_come_from_the_tagger_next_to_library_numbers(http: httpx.Client) -> None:
+    text = "My name is John Smith, call me on +1 415 555 0132 or mail john.smith@example.com."
+    got, _ = spans(http, text, PII)
+    labels = {(s["label"], s["text"]) for s in got}
+    assert {("PERSON", "John Smith"), ("EMAIL_ADDRESS", "john.smith@example.com")} <= labels
+    assert ("PHONE_NUMBER", "+1 415 555 0132") in labels
+
+
+@pytest.mark.parametrize("threshold", [0.9])
+def test_a_threshold_above_the_lexical_score_drops_names_but_keeps_validated_numbers(
+        http: httpx.Client, threshold: float) -> None:
+    got, _ = spans(http, "联系人刘芳芳，手机15267891234", {**PII, "threshold": threshold})
+    assert [(s["label"], s["text"]) for s in got] == [("PHONE_NUMBER", "15267891234")]
