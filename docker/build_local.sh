@@ -9,13 +9,15 @@
 # BASE: the Dockerfiles' base (python:3.11.10-slim-bookworm) where a container registry is reachable. Where none is
 # (this project's machines reach PyPI, npm and Debian only), leave BASE unset: a stand-in base is made from Debian
 # bookworm with debootstrap (Debian's python3.11 and pip where the official image has its own build of 3.11, plus
-# this machine's CA bundle and pip configuration so pip inside the build reaches the same package index). The
-# stand-in tests the Dockerfiles' own steps, not the official base image.
+# this machine's CA bundle). The stand-in tests the Dockerfiles' own steps, not the official base image.
+# pip inside the build reaches the same package index as this machine through PIP_CONF (default /etc/pip.conf),
+# given to the build as the secret `pip.conf`: mounted only while a RUN step runs, never copied into an image or
+# the build context, so no layer of any image carries this machine's pip configuration (docker/*.Dockerfile).
 # The build context is the committed tree (git archive HEAD), never uncommitted edits; SRC=worktree uses the work tree.
 # EXTRA_WHEELS: wheel files pip inside the build should also find (served on 127.0.0.1 as a simple index and passed as
 # --build-arg PIP_EXTRA_INDEX_URL), e.g. the torch 2.13.0+cpu wheel the gateway's strict model build needs.
-# Env: BASE, TAG (0.1.0), WORK (a temp dir), STORAGE (vfs), SRC (head), EXTRA_WHEELS, BUILD (0: only check an image
-# already built).
+# Env: BASE, TAG (0.1.0), WORK (a temp dir), STORAGE (vfs), SRC (head), EXTRA_WHEELS, PIP_CONF, BUILD (0: only check
+# an image already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGETS=("${@:-controlplane}")
@@ -43,7 +45,6 @@ if [ -z "${BASE:-}" ]; then
     ln -sf /usr/bin/pip3 "$ROOT/usr/local/bin/pip"
     rm -f "$ROOT"/usr/lib/python3.*/EXTERNALLY-MANAGED
     cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/certs/ca-certificates.crt"
-    [ ! -f /etc/pip.conf ] || cp /etc/pip.conf "$ROOT/etc/pip.conf"
     rm -rf "$ROOT"/var/cache/apt/archives/*.deb "$ROOT"/var/lib/apt/lists/*
     tar -C "$ROOT" -cf "$WORK/rootfs.tar" .
     printf 'FROM scratch\nADD rootfs.tar /\nENV PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin\n' \
@@ -60,6 +61,11 @@ if [ "${SRC:-head}" = head ]; then
   git archive HEAD | tar -x -C "$CONTEXT"
   echo "context: $(git rev-parse --short HEAD) (git archive)"
 fi
+
+# the build secret pip.conf (an empty one where this machine has none: a Dockerfile's secret mount then finds a file)
+PIP_CONF=${PIP_CONF:-/etc/pip.conf}
+if [ ! -f "$PIP_CONF" ]; then PIP_CONF="$WORK/empty-pip.conf"; : >"$PIP_CONF"; fi
+SECRETS=(--secret "id=pip.conf,src=$PIP_CONF")
 
 INDEX_PID=""
 EXTRA=()
@@ -84,7 +90,7 @@ for target in "${TARGETS[@]}"; do
   if [ "${BUILD:-1}" = 0 ] && "${B[@]}" inspect --type image "$image" >/dev/null 2>&1; then
     echo "BUILD=0: checking the image built before"
   elif ! "${B[@]}" bud --isolation chroot --layers=false -f "$CONTEXT/docker/$target.Dockerfile" --build-arg "BASE=$BASE" \
-      "${EXTRA[@]}" -t "$image" "$CONTEXT" >"$WORK/$target.log" 2>&1; then
+      "${SECRETS[@]}" "${EXTRA[@]}" -t "$image" "$CONTEXT" >"$WORK/$target.log" 2>&1; then
     tail -30 "$WORK/$target.log" >&2; echo "build of $image failed; whole log: $WORK/$target.log" >&2; exit 1
   fi
   grep -E '(^|\] )(STEP|COMMIT) ' "$WORK/$target.log" | cut -c1-160 || true
@@ -93,9 +99,13 @@ for target in "${TARGETS[@]}"; do
   step "smoke check $image"
   config() { "${B[@]}" inspect --type image "$image" | python3 -c "import json, sys; print($1)"; }
   user=$(config 'json.load(sys.stdin)["OCIv1"]["config"].get("User", "")')
-  cli=$(config 'json.load(sys.stdin)["OCIv1"]["config"]["Entrypoint"][0]')
-  echo "USER $user, ENTRYPOINT $cli"
+  read -r -a entrypoint <<<"$(config '" ".join(json.load(sys.stdin)["OCIv1"]["config"]["Entrypoint"])')"
+  cli=${entrypoint[-1]}
+  echo "USER $user, ENTRYPOINT ${entrypoint[*]}"
   [ "$user" = "10001:10001" ] || { echo "image runs as '$user', not 10001:10001" >&2; exit 1; }
+  if [ "$target" = gateway ]; then  # PID 1 is an init that forwards signals and reaps orphans
+    [ "${entrypoint[0]}" = dumb-init ] || { echo "gateway ENTRYPOINT does not start with dumb-init" >&2; exit 1; }
+  fi
   ctr=$("${B[@]}" from "$image")
   trap '"${B[@]}" rm "$ctr" >/dev/null 2>&1 || true; [ -z "$INDEX_PID" ] || kill "$INDEX_PID" 2>/dev/null || true' EXIT
   "${B[@]}" run --isolation chroot --user "$user" "$ctr" -- "$cli" --help | head -5
@@ -108,7 +118,7 @@ for target in "${TARGETS[@]}"; do
     *) args=(serve --host 127.0.0.1 --port "$port" --models all-minilm-l6-v2); env=()
        probe=/health ;;  # 200 only once Triton (in the image) serves the model and its golden check passed
   esac
-  timeout 300 "${B[@]}" run --isolation chroot --user "$user" "${env[@]}" "$ctr" -- "$cli" "${args[@]}" \
+  timeout 300 "${B[@]}" run --isolation chroot --user "$user" "${env[@]}" "$ctr" -- "${entrypoint[@]}" "${args[@]}" \
     >"$WORK/$target-serve.log" 2>&1 &
   server=$!
   answer=""

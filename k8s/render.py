@@ -1,7 +1,12 @@
 """Render a kustomization (base, overlays/cpu, overlays/gpu, project) to one YAML stream, offline.
 
     python k8s/render.py cpu > sr-gateway.yaml          # or: gpu, base, project
-    python k8s/render.py project --namespace team-a      # the control plane's RoleBinding in a project namespace
+    python k8s/render.py project --namespace team-a      # a project namespace: RoleBinding, NetworkPolicy, quota
+    python k8s/render.py gpu --digests digests.json      # every image pinned by digest (name@sha256:...)
+
+--digests (or SR_IMAGE_DIGESTS): a JSON object from image reference ("sr-gateway:0.1.0") or name ("sr-gateway") to
+its digest ("sha256:..."), e.g. from your registry after the push; every image the target names must be in it, so a
+production render cannot leave one on a mutable tag.
 
 It implements the part of kustomize these files use (resources, namespace, images, configMapGenerator with
 disableNameSuffixHash, strategic-merge patches by kind and name, lists of named items merged by name), so
@@ -13,7 +18,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +30,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent
 TARGETS = {"base": ROOT / "base", "cpu": ROOT / "overlays" / "cpu", "gpu": ROOT / "overlays" / "gpu",
            "project": ROOT / "project"}
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "Namespace", "CustomResourceDefinition"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "Namespace", "CustomResourceDefinition",
+                  "ClusterServingRuntime"}
+CONTROLPLANE_POD = {"app.kubernetes.io/name": "sr-controlplane"}
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # For an older apiserver (the test environment's is 1.20): the same objects under the versions it serves.
 OLDER_VERSIONS = {("autoscaling/v2", "HorizontalPodAutoscaler"): "autoscaling/v2beta2",
                   ("policy/v1", "PodDisruptionBudget"): "policy/v1beta1"}
@@ -59,20 +70,50 @@ def _image(ref: str, images: list[dict[str, str]]) -> str:
     name, _, tag = ref.partition(":")
     for rule in images:
         if rule["name"] == name:
+            if rule.get("digest"):
+                return f"{rule.get('newName', name)}@{rule['digest']}"
             return f"{rule.get('newName', name)}:{rule.get('newTag', tag)}"
     return ref
 
 
-def _set_images(node: Any, images: list[dict[str, str]]) -> None:
+def _map_images(node: Any, change: Any) -> None:
+    """Apply `change` (reference -> reference) to every `image` field, in place."""
     if isinstance(node, dict):
         for key, value in node.items():
             if key == "image" and isinstance(value, str):
-                node[key] = _image(value, images)
+                node[key] = change(value)
             else:
-                _set_images(value, images)
+                _map_images(value, change)
     elif isinstance(node, list):
         for item in node:
-            _set_images(item, images)
+            _map_images(item, change)
+
+
+def _set_images(node: Any, images: list[dict[str, str]]) -> None:
+    _map_images(node, lambda ref: _image(ref, images))
+
+
+def pin_digests(docs: list[Doc], digests: Mapping[str, str]) -> None:
+    """Replace every image reference by name@digest (a tag can be moved, a digest names one image); the digest is
+    looked up by the full reference, then by the name. An image without one is an error, not left on its tag."""
+    for key, digest in digests.items():
+        if not DIGEST.fullmatch(digest):
+            raise ValueError(f"digest of {key}: {digest!r} is not sha256:<64 hex digits>")
+    missing: list[str] = []
+
+    def pin(ref: str) -> str:
+        if "@" in ref:
+            return ref
+        name = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+        digest = digests.get(ref) or digests.get(name)
+        if digest is None:
+            missing.append(ref)
+            return ref
+        return f"{name}@{digest}"
+
+    _map_images(docs, pin)
+    if missing:
+        raise ValueError(f"no digest for {', '.join(sorted(set(missing)))}")
 
 
 def build(directory: Path) -> list[Doc]:
@@ -104,18 +145,29 @@ def build(directory: Path) -> list[Doc]:
 
 
 def bind_to(docs: list[Doc], namespace: str) -> None:
-    """Point every binding at the control plane's ServiceAccount in `namespace`."""
+    """Point every binding at the control plane's ServiceAccount in `namespace`, and every NetworkPolicy peer that
+    names the control plane's pods at that namespace."""
     for doc in docs:
         for subject in doc.get("subjects", []):
             if subject.get("kind") == "ServiceAccount":
                 subject["namespace"] = namespace
+        if doc["kind"] != "NetworkPolicy":
+            continue
+        for rule in doc["spec"].get("ingress", []):
+            for peer in rule.get("from", []):
+                if peer.get("podSelector", {}).get("matchLabels") == CONTROLPLANE_POD and "namespaceSelector" in peer:
+                    peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
 
 
-def render(target: str, *, namespace: str | None = None, older_apiserver: bool = False) -> list[Doc]:
-    """The objects of a target; `namespace` overrides the install namespace (and the project binding's subject)."""
+def render(target: str, *, namespace: str | None = None, older_apiserver: bool = False,
+           digests: Mapping[str, str] | None = None) -> list[Doc]:
+    """The objects of a target; `namespace` overrides the install namespace (and the project binding's subject);
+    `digests` pins every image by digest (pin_digests)."""
     docs = build(TARGETS[target])
     if namespace and target != "project":
         bind_to(docs, namespace)
+    if digests is not None:
+        pin_digests(docs, digests)
     for doc in docs:
         if namespace and doc["kind"] not in CLUSTER_SCOPED:
             doc["metadata"]["namespace"] = namespace
@@ -131,8 +183,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--controlplane-namespace", default="sr-gateway",
                         help="project target: the namespace of the control plane's ServiceAccount")
     parser.add_argument("--json", action="store_true", help="a JSON list instead of a YAML stream")
+    parser.add_argument("--digests", default=os.environ.get("SR_IMAGE_DIGESTS"),
+                        help="JSON file: image reference or name -> sha256 digest; pins every image (env "
+                             "SR_IMAGE_DIGESTS)")
     args = parser.parse_args(argv)
-    docs = render(args.target, namespace=args.namespace)
+    digests = None
+    if args.digests:
+        digests = json.loads(Path(args.digests).read_text())
+        if not isinstance(digests, dict):
+            raise SystemExit(f"{args.digests}: not a JSON object of image -> digest")
+    try:
+        docs = render(args.target, namespace=args.namespace, digests=digests)
+    except ValueError as exc:
+        raise SystemExit(f"render: {exc}") from exc
     if args.target == "project":
         bind_to(docs, args.controlplane_namespace)
     if args.json:

@@ -58,7 +58,7 @@ def stack() -> Iterator[dict[str, Any]]:
     env = {**config, "SR_GATEWAY_HOST": "127.0.0.1", "SR_GATEWAY_PORT": str(port), "SR_GATEWAY_MODELS": MODEL,
            "SR_GATEWAY_TRITON_URL": f"127.0.0.1:{grpc}",
            "SR_GATEWAY_MODEL_REPOSITORY": str(ROOT / "model_repository")}
-    assert config["SR_GATEWAY_TRITON_URL"] == "localhost:8001" and config["SR_GATEWAY_LOG_FORMAT"] == "json"
+    assert config["SR_GATEWAY_TRITON_URL"] == "127.0.0.1:8001" and config["SR_GATEWAY_LOG_FORMAT"] == "json"
     gateway = start(gateway_args, "observability-gateway.log", env=env)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -16,6 +16,8 @@ from kubernetes import client, config
 
 ROOT = Path(__file__).resolve().parents[3]
 OPS_CRDS = ROOT / "tools" / "testenv" / "ops-crds.yaml"
+# PrometheusRule (here), ClusterServingRuntime (k8s/crds, which tools/testenv applies too: applying it again is a no-op)
+MORE_CRDS = [Path(__file__).with_name("crds.yaml"), ROOT / "k8s" / "crds" / "clusterservingruntimes.yaml"]
 
 
 def kubectl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -26,10 +28,13 @@ def kubectl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
 
 @pytest.fixture(scope="session")
 def admin() -> client.ApiClient:
-    """Admin API client, with the ServiceMonitor and ServingRuntime CRDs installed and established."""
-    done = kubectl("apply", "--server-side", "--field-manager=sr-ops-tests", "-f", str(OPS_CRDS))
-    assert done.returncode == 0, done.stderr
-    names = ["crd/servicemonitors.monitoring.coreos.com", "crd/servingruntimes.serving.kserve.io"]
+    """Admin API client, with the ServiceMonitor, PrometheusRule, ServingRuntime and ClusterServingRuntime CRDs
+    installed and established."""
+    for path in (OPS_CRDS, *MORE_CRDS):
+        done = kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=sr-ops-tests", "-f", str(path))
+        assert done.returncode == 0, done.stderr
+    names = ["crd/servicemonitors.monitoring.coreos.com", "crd/servingruntimes.serving.kserve.io",
+             "crd/prometheusrules.monitoring.coreos.com", "crd/clusterservingruntimes.serving.kserve.io"]
     ready = kubectl("wait", "--for=condition=established", "--timeout=60s", *names)
     assert ready.returncode == 0, ready.stderr
     return config.new_client_from_config(os.environ["SR_TEST_KUBE_ADMIN_KUBECONFIG"])

@@ -38,9 +38,12 @@ def test_every_rendered_object_is_accepted_by_the_apiserver(target: str, namespa
     for doc in docs:
         assert f"/{doc['metadata']['name']} serverside-applied (server dry run)" in out, (doc["kind"], out)
     kinds = {d["kind"] for d in docs}
-    if target != "project":
+    if target == "project":
+        assert {"RoleBinding", "NetworkPolicy", "ResourceQuota", "LimitRange"} <= kinds
+    else:
         assert {"Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler", "ServiceMonitor",
-                "ServingRuntime", "InferenceService", "ServiceAccount", "ClusterRole"} <= kinds
+                "PrometheusRule", "ClusterServingRuntime", "InferenceService", "ServiceAccount", "ClusterRole",
+                "NetworkPolicy"} <= kinds
         cluster_wide = {d["roleRef"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"}
         for role in (d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] in cluster_wide):
             verbs = {v for rule in role["rules"] for v in rule["verbs"]}
