@@ -25,6 +25,7 @@ from .triton import Triton, TritonFailure
 log = logging.getLogger("sr_gateway.lifecycle")
 
 BACKOFF_CAP_SECONDS = 60.0
+MODEL_RETRY_CAP_SECONDS = 300.0  # a model that keeps failing is tried again at least this often
 UNLOAD_GRACE_SECONDS = 15.0  # how long the replaced instances of a reloaded model may take to exit
 
 
@@ -45,6 +46,7 @@ class Lifecycle:
         self._watch: asyncio.Task[None] | None = None
         self._stopping = False
         self._kill_reason: str | None = None  # set when the gateway itself kills tritonserver
+        self._tries: dict[str, int] = {}  # failed bring-ups in a row, per model (the retry backoff's exponent)
 
     async def start(self) -> None:
         """Runs in the background so /health/live answers while models load."""
@@ -53,7 +55,7 @@ class Lifecycle:
         # every series exists from the start (Prometheus sees 0, not nothing, until the first event)
         metrics.triton_last_exit.labels("").set(0)
         for model in self.runtime.models:
-            for reason in ("instance_lost", "not_ready"):
+            for reason in ("instance_lost", "not_ready", "failed"):
                 metrics.child(metrics.model_reloads, model, reason)
         runner = self._track_external if self.runtime.settings.triton_url else self._supervise_child
         self.task = asyncio.create_task(runner())
@@ -90,9 +92,27 @@ class Lifecycle:
         for model in self.runtime.models.values():
             self._bring_up_later(model)
 
-    def _bring_up_later(self, model: ServedModel, *, reload: bool = False) -> None:
+    def _bring_up_later(self, model: ServedModel, *, reload: bool = False, retry: bool = False) -> None:
         if model.id not in self._bringing or self._bringing[model.id].done():
-            self._bringing[model.id] = asyncio.create_task(self._bring_up(model, reload=reload))
+            self._bringing[model.id] = asyncio.create_task(self._bring_up(model, reload=reload, retry=retry))
+
+    def _retry_later(self, model: ServedModel) -> None:
+        """A failed model is tried again with backoff (--model-retry-seconds, doubling, at most
+        MODEL_RETRY_CAP_SECONDS): a load that failed on a transient cause heals without a restart. It stays
+        `failed` meanwhile, so a model that keeps failing keeps the process on its way to failing liveness."""
+        base = self.runtime.settings.model_retry_seconds
+        if base <= 0 or self._stopping:
+            return
+        tries = self._tries[model.id] = self._tries.get(model.id, 0) + 1
+        delay = min(base * 2 ** (tries - 1), MODEL_RETRY_CAP_SECONDS)
+        self.runtime.set_status(model, "failed", f"{model.reason}; trying again in {delay:g} s (try {tries + 1})")
+        self.runtime.metrics.child(self.runtime.metrics.model_reloads, model.id, "failed").inc()
+
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            if model.status == "failed" and self.runtime.triton_health["live"]:
+                self._bring_up_later(model, retry=True)
+        self._bringing[f"{model.id} retry"] = asyncio.create_task(later())
 
     # -- child mode -------------------------------------------------------------------------------------------
     async def _supervise_child(self) -> None:
@@ -100,7 +120,8 @@ class Lifecycle:
         recent: deque[float] = deque()
         while not self._stopping:
             self.process = TritonProcess(settings.model_repository, grpc_port=settings.triton_grpc_port,
-                                         threads=settings.threads)
+                                         threads=settings.threads, metrics_port=settings.triton_metrics_port,
+                                         metrics_address=settings.triton_metrics_address)
             try:
                 await self.process.start()
                 triton = self._connect(self.process.url)
@@ -200,14 +221,17 @@ class Lifecycle:
         task = self._bringing.get(model.id)
         return task is not None and not task.done()
 
-    async def _bring_up(self, model: ServedModel, *, reload: bool = False) -> None:
+    async def _bring_up(self, model: ServedModel, *, reload: bool = False, retry: bool = False) -> None:
+        """Load (or reload), warm up and check the golden answers. A retry of a failed model keeps its status
+        `failed` until it passes."""
         runtime = self.runtime
         triton = runtime.triton
         assert triton is not None
         replaced: set[int] = set()
         try:
             if not reload:
-                runtime.set_status(model, "loading")
+                if not retry:
+                    runtime.set_status(model, "loading")
                 model.load_tokenizer()
                 await triton.load(model.card.triton_name)
             else:
@@ -223,7 +247,8 @@ class Lifecycle:
                 "instance_group": config.get("instance_group", []),
                 "instances": expected_instances(config),
             }
-            runtime.set_status(model, "warming", model.reason if reload else None)
+            if not retry:
+                runtime.set_status(model, "warming", model.reason if reload else None)
             # probe the tokenizer's cut rules once (models that read no text have no tokenizer)
             await asyncio.to_thread(lambda: model.text_encoder().facts if model.tokenizer is not None else None)
             await prepare_heads(runtime, model)
@@ -237,7 +262,9 @@ class Lifecycle:
             if model.status == "warming":  # it got as far as its golden check
                 model.golden = {**model.golden, "status": "failed"}
             runtime.set_status(model, "failed", f"{type(exc).__name__}: {exc}")
+            self._retry_later(model)
             return
+        self._tries.pop(model.id, None)
         self._lost.pop(model.card.triton_name, None)  # errors from the replaced instances are old news
         if self.process is not None:
             self.process.forget_stubs()

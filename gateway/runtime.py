@@ -7,6 +7,7 @@ surface read them from here.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +135,7 @@ class Runtime:
         # what /health reports about Triton: child or external, restarts and the last exit
         self.triton_health: dict[str, Any] = {"mode": "external" if settings.triton_url else "child",
                                               "live": False, "restarts": 0, "last_exit": None}
+        self.failed_since: float | None = None  # monotonic time since when every model has been failed
         for model in self.models.values():
             self.set_status(model, "starting")
 
@@ -143,6 +145,23 @@ class Runtime:
         model.status, model.reason = status, reason
         self.metrics.child(self.metrics.model_ready, model.id).set(1 if status == "ready" else 0)
         self.metrics.ready.set(1 if self.all_ready() else 0)
+        every_failed = all(m.status == "failed" for m in self.models.values())
+        if not every_failed:
+            self.failed_since = None
+        elif self.failed_since is None:
+            self.failed_since = time.monotonic()
+
+    def liveness(self) -> tuple[bool, str | None]:
+        """Alive unless every model has been failed for longer than --liveness-failed-seconds: such a process
+        serves nothing and heals nothing by itself (a hit restart limit, a Triton that never came up, models that
+        keep failing their retries), so /health/live hands it to the orchestrator instead of staying 200 forever."""
+        limit = self.settings.liveness_failed_seconds
+        if limit <= 0 or self.failed_since is None or self.draining:
+            return True, None
+        if time.monotonic() - self.failed_since < limit:
+            return True, None
+        _, reason = self.process_status()
+        return False, f"every model has been failed for more than {limit:g} s: {reason}"
 
     def fail_all(self, reason: str) -> None:
         for model in self.models.values():

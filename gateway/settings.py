@@ -26,6 +26,10 @@ class Settings:
         "help": "gRPC address of an external Triton (e.g. a k8s sidecar); empty = start tritonserver as a child"})
     triton_grpc_port: int = field(default=0, metadata={"help": "gRPC port of the child tritonserver (0 = pick free)"})
     triton_startup_seconds: float = field(default=180.0, metadata={"help": "how long to wait for Triton to come up"})
+    triton_metrics_port: int = field(default=0, metadata={
+        "help": "child mode: port of the child tritonserver's Prometheus metrics (0 = off)"})
+    triton_metrics_address: str = field(default="127.0.0.1", metadata={
+        "help": "child mode: address those metrics bind to (a pod's scraper needs 0.0.0.0; gRPC stays on loopback)"})
     max_request_bytes: int = field(default=8_388_608, metadata={
         "help": "largest request body, both as sent and after Content-Encoding is decoded (413 above)"})
     systemone_schema: str = field(default="vllm-sr/5.0", metadata={
@@ -51,6 +55,12 @@ class Settings:
         "help": "wait before the first restart of a dead child tritonserver; doubles per restart, at most 60 s"})
     triton_check_seconds: float = field(default=1.0, metadata={
         "help": "how often Triton's liveness, model readiness and model instances are checked"})
+    model_retry_seconds: float = field(default=10.0, metadata={
+        "help": "wait before a model that failed to load or to pass its golden check is tried again; doubles per "
+                "try, at most 300 s (0 = never try again)"})
+    liveness_failed_seconds: float = field(default=300.0, metadata={
+        "help": "how long every model may stay failed (or Triton given up on) before /health/live answers 503, so "
+                "the orchestrator replaces the process (0 = never)"})
 
     @staticmethod
     def env_name(name: str) -> str:
@@ -88,6 +98,8 @@ class Settings:
             raise SystemExit(f"systemone_schema must be vllm-sr/5.0 or vllm-sr/4.0, not {settings.systemone_schema!r}")
         if settings.log_format not in ("text", "json"):
             raise SystemExit(f"log_format: {settings.log_format!r} is not text or json")
+        if settings.model_retry_seconds < 0 or settings.liveness_failed_seconds < 0:
+            raise SystemExit("model_retry_seconds and liveness_failed_seconds must not be negative")
         if settings.triton_check_seconds <= 0 or settings.triton_restart_backoff_seconds < 0:
             raise SystemExit("triton_check_seconds must be positive and triton_restart_backoff_seconds not negative")
         return settings

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import ctypes
 import hashlib
 import logging
 import os
@@ -29,7 +28,6 @@ from sr_backend.engines.configs import CONFIG_NAME, ConfigError, refresh
 
 log = logging.getLogger("sr_gateway.triton")
 
-PR_SET_PDEATHSIG = 1
 SHM = Path("/dev/shm")
 STUB = "triton_python_backend_stub"
 
@@ -97,11 +95,14 @@ def child_environment(threads: int) -> dict[str, str]:
     return env
 
 
-def _die_with_parent() -> None:
-    """Linux: Triton gets SIGTERM if the gateway dies without cleaning up (e.g. SIGKILL)."""
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    os.setsid()
+def _die_with_parent() -> list[str]:
+    """Linux: Triton gets SIGTERM if the gateway dies without cleaning up (e.g. SIGKILL). Set by util-linux's
+    `setpriv --pdeathsig` between fork and exec, not by a `preexec_fn`: Python code between fork and exec in a
+    process with threads (asyncio's to_thread pool, gRPC's) can deadlock on a lock another thread held."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise RuntimeError("setpriv (util-linux) is required to start tritonserver as a child")
+    return [setpriv, "--pdeathsig", "TERM", "--"]
 
 
 def _shm_prefix(pid: int, port: int) -> str:
@@ -164,10 +165,11 @@ def stub_instances(pgid: int) -> dict[str, list[str]]:
 
 class TritonProcess:
     def __init__(self, repository: Path, *, grpc_port: int = 0, threads: int = 0, metrics_port: int = 0,
-                 on_exit: Callable[[int], None] | None = None) -> None:
+                 metrics_address: str = "127.0.0.1", on_exit: Callable[[int], None] | None = None) -> None:
         self.repository = repository
         self.grpc_port = grpc_port or free_port()
         self.metrics_port = metrics_port  # 0: Triton's Prometheus endpoint stays off
+        self.metrics_address = metrics_address
         self.threads = threads
         self.on_exit = on_exit
         self.proc: asyncio.subprocess.Process | None = None
@@ -191,7 +193,7 @@ class TritonProcess:
         remove_stale_shm()
         self.cleanup_shm()
         args = [
-            str(binary),
+            *_die_with_parent(), str(binary),
             f"--model-repository={self.repository}",
             # each model's configs/<CONFIG_NAME>.pbtxt (this host's tuned choice) where one was generated
             f"--model-config-name={CONFIG_NAME}",
@@ -199,7 +201,8 @@ class TritonProcess:
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
             "--allow-http=false",
-            *(["--allow-metrics=true", f"--metrics-port={self.metrics_port}", "--allow-gpu-metrics=false"]
+            *(["--allow-metrics=true", f"--metrics-address={self.metrics_address}",
+               f"--metrics-port={self.metrics_port}", "--allow-gpu-metrics=false"]
               if self.metrics_port else ["--allow-metrics=false"]),
             "--model-control-mode=explicit",
             "--strict-readiness=true", "--exit-timeout-secs=30",
@@ -211,7 +214,7 @@ class TritonProcess:
         self.exited = asyncio.get_running_loop().create_future()
         self.proc = await asyncio.create_subprocess_exec(
             *args, env=child_environment(self.threads), stdin=asyncio.subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            start_new_session=True,  # its own process group: stop() signals Triton and its stubs together
         )
         self._watch = asyncio.create_task(self._wait())
 

@@ -93,7 +93,10 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def live(request: web.Request) -> web.Response:
-    return json_response({"api_version": API_VERSION, "status": "alive"})
+    alive, reason = request.app[RUNTIME_KEY].liveness()
+    if alive:
+        return json_response({"api_version": API_VERSION, "status": "alive"})
+    return json_response({"api_version": API_VERSION, "status": "failed", "reason": reason}, status=503)
 
 
 async def metrics(request: web.Request) -> web.Response:
