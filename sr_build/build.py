@@ -54,11 +54,18 @@ def build_model(model_dir: Path, *, force: bool = False, strict: bool = False) -
     else:
         src_root = package_dir(source["package"], source.get("dir", ""))
     digests = verify_files(src_root, spec.get("files", {}))
+    # files from further packages (e.g. a tokenizer shipped apart from the weights): verified, keyed, handed over
+    roots = [package_dir(more["package"], more.get("dir", "")) for more in spec.get("more_sources", [])]
+    for root, more in zip(roots, spec.get("more_sources", []), strict=True):
+        digests.update({f"{more['package']}:{name}": digest
+                        for name, digest in verify_files(root, more.get("files", {})).items()})
     from .recipes import CARD_INPUTS, RECIPES, REVISIONS
 
     # what the recipe reads of the card beyond `build` (e.g. the embedding layers it exports) is handed to it
     spec = {**spec, **{name: (card.get(section) or {}).get(field)
                        for name, (section, field) in CARD_INPUTS.get(spec["recipe"], {}).items()}}
+    if roots:
+        spec["roots"] = roots
     key = {"format": BUILD_FORMAT, "recipe": spec["recipe"], "files": digests, "exporter": _exporter_versions()}
     if spec["recipe"] in REVISIONS:  # recipes never revised keep their old key (no needless rebuilds)
         key["revision"] = {"recipe": REVISIONS[spec["recipe"]],
@@ -84,17 +91,26 @@ def build_model(model_dir: Path, *, force: bool = False, strict: bool = False) -
     stamp.write_text(json.dumps({
         "key": key, "onnx_sha256": digest,
         "export_check": {"max_abs_diff": report.max_abs_diff, "rows": report.checked_rows, "opset": report.opset,
-                         **({"per_layer": report.per_layer} if report.per_layer else {})},
+                         **({"per_layer": report.per_layer} if report.per_layer else {}),
+                         **({"engine": report.engine_check} if report.engine_check else {})},
     }, indent=2))
     return BuildResult(card["id"], "built", digest, note)
 
 
-def build_repository(repo: Path, *, force: bool = False, strict: bool = False) -> list[BuildResult]:
+def build_repository(repo: Path, *, force: bool = False, strict: bool = False,
+                     only: list[str] | None = None) -> list[BuildResult]:
+    """Build every model directory with a `build` section (or only the named directories)."""
     results = []
-    for model_dir in sorted(p.parent for p in repo.glob("*/card.yaml")):
+    dirs = sorted(p.parent for p in repo.glob("*/card.yaml"))
+    if only and (missing := sorted(set(only) - {d.name for d in dirs})):
+        raise SourceError(f"no model directory {missing} in {repo}")
+    for model_dir in (d for d in dirs if not only or d.name in only):
         result = build_model(model_dir, force=force, strict=strict)
         if result is not None:
             results.append(result)
             print(f"{result.model}: {result.action} model.onnx sha256={result.onnx_sha256}"
                   + (f" NOTE: {result.note}" if result.note else ""), file=sys.stderr)
+    from .presets import build_presets  # trained decision presets: fitted on the encoders just built
+
+    build_presets(repo, force=force)
     return results

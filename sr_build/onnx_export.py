@@ -17,6 +17,7 @@ class ExportReport:
     checked_rows: int
     opset: int
     per_layer: dict[str, float] = field(default_factory=dict)  # max abs diff of each exported layer, where several
+    engine_check: dict[str, Any] = field(default_factory=dict)  # agreement with the source's own engine (e5 recipe)
 
 
 def random_batch(rng: np.random.Generator, vocab: int, rows: int, length: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,12 +1,15 @@
 """Fit the zero-shot decision family's templates, temperatures and biases on the labelled set's fit split, and
 record the card's golden answers — both in process with ONNX Runtime, through the family's own code.
 
-    .venv/bin/python -m tools.fit_decisions [--items tools/decisions_eval/items.jsonl] [--out FILE]
+    .venv/bin/python -m tools.fit_decisions [--card decision-multilingual] [--items FILE ...] [--out FILE]
 
 Prints (and writes to --out) the fitted `decisions.parameters` values and the golden block; the card is edited by
 hand from them, so every change to its numbers is a reviewed diff. Span questions are not fitted (the tagger's own
-probabilities are used). Choice/score pick the template with the best fit-split accuracy, then the temperature with
-the lowest negative log-likelihood; noul/set fit temperature and bias (and the two-part pair term) by likelihood.
+probabilities are used). Only `fit` items are read (items.jsonl and items_zh.jsonl by default; the split is by
+question, so no held-out question is seen). Parameters are per question type: each type picks its template,
+temperature and bias (noul: also the pair term) by the accuracy of the SERVED rule on its fit items — choice the
+arg-max, noul P(true) ≥ 0.5, score the expected level Σ p_i·i rounded half up, set the exact selection — ties broken
+by the lower negative log-likelihood. The card's encoder (`triton_model`) and its `prefix` (E5: "query: ") are used.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from gateway.cards import load_card
+from gateway.decisions.families import FAMILIES
+from gateway.decisions.families.presets import Presets, PresetsParams
 from gateway.decisions.families.zeroshot import ZeroShot, ZeroShotParams
 from gateway.decisions.questions import Invalid, Question, validate
 from gateway.decisions.state import parse_state
@@ -32,10 +37,10 @@ from tools.reference_examples import routing_request
 
 ROOT = Path(__file__).resolve().parents[1]
 CARD = ROOT / "model_repository" / "decision-zeroshot" / "card.yaml"
-EMBEDDER = ROOT / "model_repository" / "all-minilm-l6-v2" / "1"
-ITEMS = ROOT / "tools" / "decisions_eval" / "items.jsonl"
-TEMPERATURES = [0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.07, 0.1, 0.15, 0.2]
-BIASES = [round(b, 3) for b in np.linspace(0.0, 0.7, 36)]
+ITEMS = [ROOT / "tools" / "decisions_eval" / "items.jsonl", ROOT / "tools" / "decisions_eval" / "items_zh.jsonl"]
+# E5's cosines sit in a compressed range (unrelated texts 0.7-0.8), hence the small temperatures and high biases
+TEMPERATURES = [0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.07, 0.1, 0.15, 0.2]
+BIASES = [round(b, 3) for b in np.linspace(0.0, 0.95, 39)]
 PAIR_WEIGHTS = [0.0, 0.5, 1.0, 2.0, 4.0, 8.0]
 TEMPLATES = {
     "choice": ["{key}: {description}", "{description}", "{instructions} {key}: {description}"],
@@ -46,11 +51,13 @@ GOLDEN: dict[str, Any] = {k: v for k, v in routing_request("").items() if k != "
 
 
 class Embedder:
-    """all-MiniLM-L6-v2 in process: the same ONNX file and tokenizer Triton serves, one text at a time."""
+    """The card's encoder in process: the same ONNX file and tokenizer Triton serves, one text at a time."""
 
     def __init__(self, model: ServedModel) -> None:
         self.encoder = model.text_encoder()
-        self.runner = RaggedRunner(make_session(str(EMBEDDER / "model.onnx"), threads=2))
+        card = model.card
+        onnx = card.directory.parent / card.triton_name / str(card.version) / "model.onnx"
+        self.runner = RaggedRunner(make_session(str(onnx), threads=2))
         self.cache: dict[str, np.ndarray] = {}
 
     def __call__(self, texts: Iterable[str], window: int = 256) -> None:
@@ -68,47 +75,71 @@ class Embedder:
 
 def _family(params: dict[str, Any]) -> tuple[ServedModel, ZeroShot]:
     card = load_card(CARD)
-    assert card.decisions is not None
-    card = card.model_copy(update={"decisions": card.decisions.model_copy(update={"parameters": params})})
+    spec = card.decisions
+    assert spec is not None
+    card = card.model_copy(update={"decisions": spec.model_copy(update={"parameters": params})})
     model = ServedModel(card)
-    return model, ZeroShot(model)
+    return model, (_Prefixed if spec.family == Presets.name else FAMILIES[spec.family])(model)  # type: ignore[return-value]
 
 
-def _items(path: Path, model: ServedModel) -> list[tuple[dict[str, Any], Question, Any]]:
+class _Prefixed(ZeroShot):
+    """The presets family's zero-shot part (its `prefix` before every text), without needing the built heads."""
+
+    params_type = PresetsParams
+
+    def option_texts(self, q: Question) -> list[str]:
+        return [self.params.prefix + t for t in super().option_texts(q)]
+
+
+def _prefix(fam: ZeroShot) -> str:
+    return str(getattr(fam.params, "prefix", ""))
+
+
+def _items(paths: list[Path], model: ServedModel) -> list[tuple[dict[str, Any], Question, Any]]:
     spec = model.card.decisions
     assert spec is not None
     out = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
+    for path in paths:
+        if not path.is_file():
             continue
-        item = json.loads(line)
-        q = validate(item["id"], item["question"], spec, model.id)
-        if isinstance(q, Invalid):
-            raise SystemExit(f"item {item['id']}: {q.message}")
-        out.append((item, q, parse_state(item["state"]).view(q.over)))
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            item = json.loads(line)
+            if item["split"] != "fit" or item["question"]["type"] not in ("choice", "noul", "score", "set"):
+                continue  # held-out items are never read here
+            q = validate(item["id"], item["question"], spec, model.id)
+            if isinstance(q, Invalid):
+                raise SystemExit(f"item {item['id']}: {q.message}")
+            out.append((item, q, parse_state(item["state"]).view(q.over)))
     return out
 
 
 def _nll(p: np.ndarray, want: Any, q: Question) -> tuple[float, bool]:
     """Negative log-likelihood of the expected answer and whether the answer is right."""
     eps = 1e-9
-    if q.type in ("choice", "score"):
-        index = q.keys.index(want) if q.type == "choice" else int(want)
+    if q.type == "choice":
+        index = q.keys.index(want)
         return -math.log(max(float(p[index]), eps)), int(np.argmax(p)) == index
+    if q.type == "score":  # the served rule: the expected level, rounded half up
+        index = int(want)
+        served = math.floor(float(np.arange(len(p)) @ p) + 0.5)
+        return -math.log(max(float(p[index]), eps)), served == index
     if q.type == "noul":
         return -math.log(max(float(p[1] if want else p[0]), eps)), (p[1] >= 0.5) == bool(want)
     chosen = set(want)
     loss = -sum(math.log(max(float(v if k in chosen else 1 - v), eps)) for k, v in zip(q.keys, p, strict=True))
-    return loss, {k for k, v in zip(q.keys, p, strict=True) if v >= 0.5} == chosen
+    return loss, {k for k, v in zip(q.keys, p, strict=True) if v > 0.5} == chosen
 
 
-def fit(path: Path) -> dict[str, Any]:
+def fit(paths: list[Path]) -> dict[str, Any]:
     base = _family(load_card(CARD).decisions.parameters)[1].params  # type: ignore[union-attr]
     model, fam = _family(base.model_dump())
     embed = Embedder(model)
-    data = [x for x in _items(path, model) if x[1].type != "span"]
-    fitting = [x for x in data if x[0]["split"] == "fit"]
-    texts = {v.text for _, _, v in data} | {p for _, _, v in data for p in v.parts[:2]}
+    prefix = _prefix(fam)
+    data = _items(paths, model)
+    fitting = data
+    texts = {prefix + v.text for _, _, v in data} | {prefix + p for _, _, v in data for p in v.parts[:2]}
     for qtype, templates in TEMPLATES.items():
         for template in templates:
             f = _family({**base.model_dump(), "templates": {**base.templates, qtype: template}})[1]
@@ -124,9 +155,10 @@ def fit(path: Path) -> dict[str, Any]:
         fam.params = params  # the family's own scoring rule, with the candidate parameters
         key = (qtype, params.templates.get(qtype, ""))
         if key not in features:
-            features[key] = [(item["expected"], q, np.asarray([embed.cos(view.text, t) for t in fam.option_texts(q)]),
-                              embed.cos(*view.parts[:2]) if len(view.parts) >= 2 else None, view)
-                             for item, q, view in fitting if q.type == qtype]
+            features[key] = [(item["expected"], q, np.asarray([embed.cos(prefix + view.text, t)
+                                                               for t in fam.option_texts(q)]),
+                              embed.cos(*(prefix + p for p in view.parts[:2])) if len(view.parts) >= 2 else None,
+                              view) for item, q, view in fitting if q.type == qtype]
         loss, right = 0.0, 0
         rows = features[key]
         for expected, q, cos, pair, view in rows:
@@ -170,13 +202,14 @@ def golden(params: dict[str, Any], embed: Embedder) -> dict[str, Any]:
     spec = model.card.decisions
     assert spec is not None
     view = parse_state(GOLDEN["state"]).view(None)
+    state = _prefix(fam) + view.text
     answers: dict[str, Any] = {}
     for qid, raw in GOLDEN["questions"].items():
         q = validate(qid, raw, spec, model.id)
         assert isinstance(q, Question)
         texts = fam.option_texts(q)
-        embed([view.text, *texts])
-        p = fam.probabilities(q, np.asarray([embed.cos(view.text, t) for t in texts]))
+        embed([state, *texts])
+        p = fam.probabilities(q, np.asarray([embed.cos(state, t) for t in texts]))
         if q.type == "choice":
             answers[qid] = {"choice": q.keys[int(np.argmax(p))],
                             "probabilities": {k: round(float(v), 6) for k, v in zip(q.keys, p, strict=True)}}
@@ -190,9 +223,12 @@ def golden(params: dict[str, Any], embed: Embedder) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--items", type=Path, default=ITEMS)
+    parser.add_argument("--card", default="decision-zeroshot", help="the decisions card to fit (its encoder)")
+    parser.add_argument("--items", type=Path, nargs="+", default=ITEMS)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    global CARD
+    CARD = ROOT / "model_repository" / args.card / "card.yaml"
     result = fit(args.items)
     text = json.dumps(result, indent=2)
     print(text)

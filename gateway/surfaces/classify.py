@@ -189,6 +189,10 @@ def _linear(overflow: Overflow) -> Literal["reject", "truncate"]:
 def _sequence_scores(model: ServedModel, head: HeadSpec, values: np.ndarray) -> np.ndarray:
     if head.zero_shot is not None:
         return zero_shot(values, model.label_vectors[head.name], head.zero_shot.temperature)
+    if head.preset is not None:  # a trained preset's head over the embedding (decisions' `presets` family)
+        from ..decisions.families.presets import classify_scores
+
+        return classify_scores(model, head.preset, values)
     return softmax(values) if head.kind == "sequence" else sigmoid(values)
 
 

@@ -7,6 +7,9 @@ fails in place with invalid_input naming the modality.
 Each input is its own Triton request, so Triton's dynamic batcher can put inputs of many HTTP requests into one
 execute(); per-input failures (too long, deadline) are answered in place and never fail their siblings.
 
+`input_type` (one of the card's `embedding.input_types`, else its `default_input_type`) puts the card's prefix for
+that type before each text (E5: "query: " / "passage: "); the tokens read include it.
+
 `layer` picks one of the card's `embedding.layers` (default: the last). The model pools every declared layer in one
 forward, so a request for an earlier layer costs the same forward and may share a batch with any other; `dimensions`
 is one the card declares (Matryoshka truncation only where the card declares smaller sizes).
@@ -95,7 +98,7 @@ async def embed(runtime: Runtime, model: ServedModel, req: EmbeddingsRequest, ca
                                   deadline_ms=req.options.deadline_ms, timing=timing, vector=_vector)
     spec = model.card.embedding
     assert spec is not None
-    texts = [text_of(v) or "" for v in values]
+    texts = [spec.prefixed(text_of(v) or "", req.input_type) for v in values]  # E5's "query: " etc. (card)
     encoder = model.text_encoder()
     jobs, encoded = await off_loop_if_large(
         sum(map(len, texts)), encode_each, texts,

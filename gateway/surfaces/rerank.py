@@ -19,6 +19,7 @@ import numpy as np
 from aiohttp import web
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
+from ..cards import Card
 from ..errors import ApiError, ErrorCode, ItemError, no_answer
 from ..heads import ensure_finite, sigmoid
 from ..runtime import Runtime, ServedModel
@@ -63,16 +64,22 @@ def _budget(req: RerankRequest, model: ServedModel) -> int:
 
 
 # -- bi-encoder ---------------------------------------------------------------------------------------------------
-def _bi_jobs(req: RerankRequest, encoder: TextEncoder, budget: int,
+def _bi_jobs(req: RerankRequest, encoder: TextEncoder, budget: int, card: Card,
              ) -> tuple[Job, Encoded, list[Job], list[Encoded | None]]:
-    """The query's job and one job per document; an over-long query fails the whole request (nothing to rank)."""
+    """The query's job and one job per document; an over-long query fails the whole request (nothing to rank).
+    An instructed embedder reads each with its card's prefix (E5: "query: " and "passage: ")."""
     overflow = req.options.overflow
+    spec, kinds = card.embedding, card.rerank
+    query_text, documents = req.query, list(req.documents)
+    if spec is not None and kinds is not None:
+        query_text = spec.prefixed(query_text, kinds.query_input_type)
+        documents = [spec.prefixed(doc, kinds.document_input_type) for doc in documents]
     try:
-        query = encoder.encode(req.query, max_tokens=budget, overflow=overflow)
+        query = encoder.encode(query_text, max_tokens=budget, overflow=overflow)
     except InputTooLong as exc:
         raise ApiError("invalid_request", f"query: {exc.message}") from exc
-    jobs, encoded = encode_each(req.documents, lambda doc: encoder.encode(doc, max_tokens=budget,
-                                                                                 overflow=overflow), noun="document")
+    jobs, encoded = encode_each(documents, lambda doc: encoder.encode(doc, max_tokens=budget,
+                                                                             overflow=overflow), noun="document")
     return Job(query.ids), query, jobs, encoded
 
 
@@ -167,7 +174,7 @@ async def rerank(runtime: Runtime, model: ServedModel, req: RerankRequest, call:
     ran_query = False
     chars = len(req.query) + sum(map(len, req.documents))
     if spec.kind == "bi-encoder":
-        bi = await off_loop_if_large(chars, _bi_jobs, req, encoder, budget)
+        bi = await off_loop_if_large(chars, _bi_jobs, req, encoder, budget, model.card)
         query_job, query_enc, jobs, encoded = bi
         runnable = [j for j in jobs if j.error is None]
         ran_query = bool(runnable)  # with no document to score, the query need not run

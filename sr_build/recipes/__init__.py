@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..onnx_export import ExportReport
+from .e5 import e5
 from .images import efficientnet_lite, ppocr
 from .nanoguard import prompt_guard
 from .prebuilt import prebuilt_onnx
@@ -18,9 +19,11 @@ Recipe = Callable[[Path, Path, dict[str, Any]], ExportReport]
 # Bumped when what a recipe exports changes; with the card fields it reads beyond `build` (CARD_INPUTS), part of
 # the build cache key, so a cached model is rebuilt when its export or its declaration changes.
 # sentence-embedding 2: the pooled output of every declared layer; 3 (and prompt-guard 1): + the torch program
-REVISIONS: dict[str, int] = {"sentence-embedding": 3, "prompt-guard": 1}
-CARD_INPUTS: dict[str, dict[str, tuple[str, str]]] = {"sentence-embedding": {"layers": ("embedding", "layers")}}
+REVISIONS: dict[str, int] = {"sentence-embedding": 3, "prompt-guard": 1, "e5": 1}
+CARD_INPUTS: dict[str, dict[str, tuple[str, str]]] = {"sentence-embedding": {"layers": ("embedding", "layers")},
+                                                      "e5": {"layers": ("embedding", "layers")}}
 RECIPES: dict[str, Recipe] = {
+    "e5": e5,
     "efficientnet-lite": efficientnet_lite,
     "ppocr": ppocr,
     "prebuilt-onnx": prebuilt_onnx,

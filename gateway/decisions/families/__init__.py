@@ -5,9 +5,10 @@ from __future__ import annotations
 from ...runtime import ServedModel
 from .base import Ask, Context, Family, FamilyError, Phases
 from .nli import Nli
+from .presets import Presets
 from .zeroshot import ZeroShot
 
-FAMILIES: dict[str, type[Family]] = {ZeroShot.name: ZeroShot, Nli.name: Nli}
+FAMILIES: dict[str, type[Family]] = {ZeroShot.name: ZeroShot, Nli.name: Nli, Presets.name: Presets}
 
 
 def family_for(model: ServedModel) -> Family:

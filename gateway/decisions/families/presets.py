@@ -1,0 +1,336 @@
+"""Trained presets over a sentence encoder, zero-shot for everything else.
+
+The spec: a typed question naming a preset the card lists uses the preset the model was trained on. This family
+answers those questions with small heads fitted by `tools/train_presets.py` on the served encoder's embeddings of
+the labelled preset data (`tools/decisions_eval/presets/*.jsonl`, `train` lines only); every other question goes to
+the zero-shot family it extends. The heads are a standardisation and a matrix multiply on the encoder's EMBEDDING
+(computed here, in the gateway; Triton stays the only runner of the encoder), so a preset costs no extra model.
+
+Features (the same code builds them at training and when serving, so the two cannot drift):
+- one text: its embedding e, plus documented cheap signals where an embedding is blind (`pii`: an e-mail, a run of
+  seven or more digits, an 18-character Chinese ID number, a masked placeholder such as `138xxxx`);
+- two parts (relevance: request/candidate; grounded: context/answer): u, v, |u − v|, u ⊙ v, cos(u, v), plus lexical
+  signals (grounded: numbers/dates of the answer absent from the context, capitalised names of the answer absent
+  from the context, a negation (不/没/无/未/别/not/no/never/n't) on one side only, the share of the answer's words and
+  CJK character pairs the context lacks; relevance: the share of the request's words and CJK pairs the candidate
+  has);
+- `language`: no embedding at all — lingua-language-detector's confidences over the languages in play plus the
+  shares of CJK and Latin letters (the head IS a softmax over those, fitted like the others).
+
+Answers have the zero-shot family's shapes: noul P(true), choice probabilities in the preset's option order, score
+probabilities over its levels (the served score is the expected level Σ p_i·i).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import ItemError, no_answer
+from ...runtime import Runtime, ServedModel
+from ...surfaces.jobs import Job, run_jobs
+from ...text import InputTooLong
+from ...timing import Timing
+from ..answers import Outcome
+from .base import Ask, Context, FamilyError, Params, Phases
+from .zeroshot import ZeroShot, ZeroShotParams
+
+ARTEFACT_FORMAT = 1
+HEAD_TOLERANCE = 2e-3  # served (fp32) vs in-process probabilities of the artefact's golden texts
+
+# --------------------------------------------------------------------------------------------- cheap signals
+
+_NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*")
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_LATIN = re.compile(r"[A-Za-z]")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]+|\d+")
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
+_NEG_EN = re.compile(r"\b(?:not|no|never|none|nobody|nothing|neither|nor|cannot|without)\b|n't\b", re.IGNORECASE)
+_NEG_ZH = re.compile(r"[不没無无未别非]")
+_EMAIL = re.compile(r"[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+")
+_DIGITS = re.compile(r"\d(?:[\d \-]{5,}\d)")
+_CN_ID = re.compile(r"(?<!\d)\d{17}[\dXx](?!\d)")
+_MASKED = re.compile(r"\d{2,}[xX*]{3,}|[xX*]{4,}")
+_STOP = frozenset(("the", "a", "an", "of", "to", "in", "on", "for", "and", "or", "is", "are", "was", "were", "be",
+                   "by", "with", "at", "as", "it", "this", "that", "from"))
+
+LANGUAGES = ("ENGLISH", "CHINESE", "JAPANESE", "KOREAN", "FRENCH", "GERMAN", "SPANISH", "RUSSIAN", "PORTUGUESE",
+             "ITALIAN", "ARABIC", "VIETNAMESE")  # lingua is restricted to these (the languages in play)
+
+
+def _bigrams(text: str) -> set[str]:
+    cjk = "".join(_CJK.findall(text))
+    return {cjk[i:i + 2] for i in range(len(cjk) - 1)}
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text) if w.lower() not in _STOP}
+
+
+def _missing(have: set[str], source: set[str]) -> float:
+    return len(have - source) / len(have) if have else 0.0
+
+
+def pii_signals(text: str) -> list[float]:
+    digits = [re.sub(r"\D", "", m) for m in _DIGITS.findall(text)]
+    return [float(bool(_EMAIL.search(text))), float(any(len(d) >= 7 for d in digits)),
+            float(bool(_CN_ID.search(text))), float(bool(_MASKED.search(text)))]
+
+
+def grounded_signals(context: str, answer: str) -> list[float]:
+    numbers = {n.rstrip(".,") for n in _NUMBER.findall(answer)}
+    names = set(_NAME.findall(answer))
+    neg_a, neg_c = bool(_NEG_EN.search(answer) or _NEG_ZH.search(answer)), bool(
+        _NEG_EN.search(context) or _NEG_ZH.search(context))
+    return [float(any(n not in context for n in numbers)), _missing(numbers, {n for n in numbers if n in context}),
+            float(any(n not in context for n in names)), float(neg_a != neg_c), float(neg_a and not neg_c),
+            _missing(_words(answer), _words(context)), _missing(_bigrams(answer), _bigrams(context))]
+
+
+def relevance_signals(request: str, candidate: str) -> list[float]:
+    return [1.0 - _missing(_words(request), _words(candidate)), 1.0 - _missing(_bigrams(request),
+                                                                              _bigrams(candidate))]
+
+
+@lru_cache(maxsize=1)
+def _detector() -> Any:
+    from lingua import Language, LanguageDetectorBuilder
+
+    return LanguageDetectorBuilder.from_languages(*(getattr(Language, n) for n in LANGUAGES)).build()
+
+
+def language_features(text: str) -> np.ndarray:
+    """lingua's confidence per language in play, then the shares of CJK and Latin letters and both present."""
+    values = {c.language.name: c.value for c in _detector().compute_language_confidence_values(text)}
+    letters = max(1, sum(ch.isalpha() for ch in text))
+    cjk, latin = len(_CJK.findall(text)) / letters, len(_LATIN.findall(text)) / letters
+    return np.asarray([values.get(n, 0.0) for n in LANGUAGES] + [cjk, latin, min(cjk, latin)], dtype=np.float64)
+
+
+def features(kind: str, texts: list[str], vectors: list[np.ndarray]) -> np.ndarray:
+    """A preset's feature row from its texts (one, or the two parts) and their embeddings (the same order)."""
+    if kind == "language":
+        return language_features(texts[0])
+    if kind == "pair":
+        u, v = (np.asarray(x, dtype=np.float64) for x in vectors)
+        return np.concatenate([u, v, np.abs(u - v), u * v, [float(u @ v)]])
+    if kind == "grounded":
+        u, v = (np.asarray(x, dtype=np.float64) for x in vectors)
+        return np.concatenate([u, v, np.abs(u - v), u * v, [float(u @ v)], grounded_signals(*texts)])
+    if kind == "relevance":
+        u, v = (np.asarray(x, dtype=np.float64) for x in vectors)
+        return np.concatenate([u, v, np.abs(u - v), u * v, [float(u @ v)], relevance_signals(*texts)])
+    e = np.asarray(vectors[0], dtype=np.float64)
+    return np.concatenate([e, pii_signals(texts[0])]) if kind == "pii" else e
+
+
+def kind_of(preset: str, parts: list[str]) -> str:
+    """The feature kind of a preset: by name where it has its own signals, else by its number of parts."""
+    if preset in ("language", "pii"):
+        return preset
+    if len(parts) == 2:
+        return preset if preset in ("grounded", "relevance") else "pair"
+    return "text"
+
+
+# --------------------------------------------------------------------------------------------- the heads
+
+@dataclass
+class Head:
+    """One preset's fitted head: p = softmax(((x − mean) / scale) · W + b), classes in the preset's key order."""
+
+    preset: str
+    type: str
+    kind: str
+    parts: list[str]
+    keys: list[str]
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: np.ndarray  # [features, classes]
+    bias: np.ndarray
+
+    def probabilities(self, x: np.ndarray) -> np.ndarray:
+        z = ((np.asarray(x, dtype=np.float64) - self.mean) / self.scale) @ self.weights + self.bias
+        z = z - z.max()
+        p = np.exp(z)
+        return np.asarray(p / p.sum())
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Head:
+        return cls(raw["preset"], raw["type"], raw["kind"], list(raw["parts"]), list(raw["keys"]),
+                   np.asarray(raw["mean"]), np.asarray(raw["scale"]), np.asarray(raw["weights"]),
+                   np.asarray(raw["bias"]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"preset": self.preset, "type": self.type, "kind": self.kind, "parts": self.parts, "keys": self.keys,
+                "mean": self.mean.tolist(), "scale": self.scale.tolist(), "weights": self.weights.tolist(),
+                "bias": self.bias.tolist()}
+
+
+def load_heads(path: Path) -> tuple[dict[str, Head], dict[str, Any]]:
+    """The artefact's heads by preset name, and its record (key, golden texts, cross-validation report)."""
+    raw = json.loads(path.read_text())
+    if raw.get("format") != ARTEFACT_FORMAT:
+        raise FamilyError(f"{path}: artefact format {raw.get('format')} is not {ARTEFACT_FORMAT}; rebuild it with "
+                          "`sr-gateway models build`")
+    return {name: Head.from_json(h) for name, h in raw["heads"].items()}, raw
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------- the family
+
+class PresetHeadsParams(Params):
+    artefact: str = "1/preset-heads.json"  # relative to the card's directory; built, never committed
+
+
+class PresetsParams(ZeroShotParams):
+    prefix: str = ""  # put before every text the zero-shot family embeds (E5: "query: "); presets embed raw text
+    presets: PresetHeadsParams = PresetHeadsParams()
+
+
+class Presets(ZeroShot):
+    name = "presets"
+    params_type = PresetsParams
+
+    def __init__(self, model: ServedModel) -> None:
+        super().__init__(model)
+        path = model.card.directory / self.params.presets.artefact
+        if not path.is_file():
+            raise FamilyError(f"no preset heads at {path}: build them with `sr-gateway models build`")
+        self.heads, self.record = load_heads(path)
+        # A listed preset without a head (its data not written yet: the build says so) is answered zero-shot from
+        # the card's definition; `self.untrained` names them.
+        self.untrained = sorted({n for n, d in self.spec.presets.items() if d.get("type") != "span"}
+                                - set(self.heads))
+        for name, head in self.heads.items():
+            definition = self.spec.presets.get(name)
+            if definition is None:
+                continue
+            keys = self._keys(definition)
+            if head.type != definition.get("type") or head.keys != keys:
+                raise FamilyError(f"preset {name}: the head answers {head.type} {head.keys}, the card asks "
+                                  f"{definition.get('type')} {keys}; rebuild the heads")
+
+    @staticmethod
+    def _keys(definition: dict[str, Any]) -> list[str]:
+        kind = definition.get("type")
+        if kind == "noul":
+            return ["false", "true"]
+        if kind == "score":
+            return [str(i) for i in range(len(definition.get("levels") or definition.get("criteria") or []))]
+        listed = definition.get("choices") or []
+        return list(definition["criteria"]) if "criteria" in definition else [str(o["key"]) for o in listed]
+
+    # -- zero-shot texts carry the encoder's query prefix (E5 reads "query: ..." for symmetric tasks)
+    def option_texts(self, q: Any) -> list[str]:
+        return [self.params.prefix + t for t in super().option_texts(q)]
+
+    def _read(self, ctx: Context, text: str, q: Any) -> Any:
+        return super()._read(ctx, self.params.prefix + text, q)
+
+    async def warm(self, runtime: Runtime) -> None:
+        """Readiness: the artefact's golden texts (English and Chinese, per preset), embedded by the served encoder,
+        must give the probabilities recorded in process at build time."""
+        await super().warm(runtime)
+        for case in self.record.get("golden", []):
+            head = self.heads[case["preset"]]
+            vectors, error = await self.embed(runtime, case["texts"], None, None)
+            if error is not None:
+                raise FamilyError(f"preset {head.preset}: a golden text failed: {error.message}")
+            got = head.probabilities(features(head.kind, case["texts"], vectors))
+            worst = float(np.max(np.abs(got - np.asarray(case["probabilities"]))))
+            # a faster served precision (bf16 on AVX-512/AMX hosts) brings the card's own, looser tolerance
+            allowed = self.model.card.precisions.get(self.model.engine.get("precision", "fp32"))  # type: ignore[call-overload]
+            tolerance = max(HEAD_TOLERANCE, allowed.golden_tolerance or 0.0) if allowed is not None else HEAD_TOLERANCE
+            if worst > tolerance:
+                raise FamilyError(f"preset {head.preset}: golden {case['texts'][0][:40]!r} differs by {worst:.2e} "
+                                  f"(tolerance {tolerance:g}) from the in-process build")
+
+    async def embed(self, runtime: Runtime, texts: list[str], deadline_ms: float | None, started: float | None,
+                    ) -> tuple[list[np.ndarray], ItemError | None]:
+        """The served encoder's EMBEDDING of each text, read truncated to the card's max_input_tokens."""
+        encoder = self.model.text_encoder()
+        limit = self.model.card.limits.truncate_tokens or self.model.card.limits.max_input_tokens
+        try:
+            jobs = [Job(encoder.encode(t, max_tokens=limit, overflow="truncate").ids) for t in texts]
+        except InputTooLong as exc:  # pragma: no cover - truncation never overflows
+            return [], ItemError("max_length_exceeded", exc.message)
+        await run_jobs(runtime, self.model, jobs, deadline_ms=deadline_ms,
+                       timing=Timing(started=started) if started is not None else None)
+        failed = next((j.error for j in jobs if j.result is None), None)
+        if failed is not None or any(j.result is None for j in jobs):
+            return [], no_answer(failed)
+        return [np.asarray(j.result.values, dtype=np.float64) for j in jobs if j.result is not None], None
+
+    async def answer(self, ctx: Context, asks: list[Ask]) -> list[Phases]:
+        trained = [a for a in asks if a.question.preset in self.heads and a.error is None and not a.pictures]
+        others = [a for a in asks if a not in trained]
+        phases = await super().answer(ctx, others) if others else []
+        if trained:
+            phases.append(await self._trained(ctx, trained))
+        return phases
+
+    def _texts(self, head: Head, ask: Ask) -> list[str]:
+        if len(head.parts) == 2:
+            by_name = dict(zip(ask.view.keys, ask.view.parts, strict=False))
+            if all(p in by_name for p in head.parts):
+                return [by_name[p] for p in head.parts]
+            return list(ask.view.parts[:2]) if len(ask.view.parts) >= 2 else [ask.view.text, ask.view.text]
+        return [ask.view.text]
+
+    async def _trained(self, ctx: Context, asks: list[Ask]) -> Phases:
+        encoder = self.model.text_encoder()
+        limit = self.model.card.limits.truncate_tokens or self.model.card.limits.max_input_tokens
+        wanted: dict[str, Job] = {}
+        plans: list[tuple[Ask, Head, list[str]]] = []
+        for ask in asks:
+            head = self.heads[ask.question.preset or ""]
+            texts = self._texts(head, ask)
+            plans.append((ask, head, texts))
+            if head.kind == "language":
+                ask.view_tokens = len(encoder.encode(texts[0], max_tokens=limit, overflow="truncate").ids)
+                continue
+            for text in texts:
+                if text not in wanted:
+                    wanted[text] = Job(encoder.encode(text, max_tokens=limit, overflow="truncate").ids)
+            ask.view_tokens = sum(len(wanted[t].ids) for t in dict.fromkeys(texts))
+        queue_ms, forward_ms = 0.0, 0.0
+        if wanted:
+            queue_ms, forward_ms = await run_jobs(ctx.runtime, self.model, list(wanted.values()),
+                                                 deadline_ms=ctx.deadline_ms, timing=Timing(started=ctx.started))
+        for ask, head, texts in plans:
+            jobs = [] if head.kind == "language" else [wanted[t] for t in texts]
+            failed = next((j.error for j in jobs if j.result is None), None)
+            if failed is not None or any(j.result is None for j in jobs):
+                ask.fail(no_answer(failed))
+                continue
+            vectors = [np.asarray(j.result.values, dtype=np.float64) for j in jobs if j.result is not None]
+            p = head.probabilities(features(head.kind, texts, vectors))
+            if not all(math.isfinite(float(x)) for x in p):
+                ask.fail(ItemError("invalid_model_output", "the preset head gave a non-finite probability"))
+                continue
+            ask.outcome = Outcome(p)
+        return Phases.of(queue_ms, forward_ms)
+
+
+def classify_scores(model: ServedModel, preset: str, values: np.ndarray) -> np.ndarray:
+    """/v1/classify over a trained preset's head (a card head with `preset:`): the preset's probabilities from the
+    encoder's embedding of the input, in the head's label order. Only one-text, embedding-fed presets qualify."""
+    from ..engine import family
+
+    fam = family(model)
+    head = fam.heads.get(preset) if isinstance(fam, Presets) else None
+    if head is None or head.kind != "text":
+        raise FamilyError(f"model {model.id}: preset {preset!r} has no one-text head of the presets family")
+    return head.probabilities(features(head.kind, [""], [values]))

@@ -1,0 +1,294 @@
+"""Fit the trained presets' heads of a `presets` decisions card (issue 22) — a build step after the encoders.
+
+For every card whose `decisions.family` is `presets`, this reads the labelled preset data
+(`tools/decisions_eval/presets/<preset>.jsonl`, the `train` lines only), embeds each text with the card's encoder in
+process (the ONNX file and tokenizer Triton serves, through sr_backend's own ragged runner: the served embeddings),
+builds the same features the gateway builds (gateway/decisions/families/presets.py) and fits one softmax regression
+per preset. Its L2 penalty is chosen by 5-fold cross-validation on the train lines (folds grouped by the first part,
+scored by the served rule: noul p ≥ 0.5, choice arg-max, score the rounded expected level). Deterministic: fixed
+folds, a fixed grid, L-BFGS from zeros.
+
+The artefact (`<card dir>/1/preset-heads.json`, gitignored) is cached by a key over the data files, the encoder's
+model.onnx and tokenizer, the card's preset definitions, lingua's version and this module's revision: rebuilt when
+any of them changes, never otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize
+
+REVISION = 2
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tools" / "decisions_eval" / "presets"
+FOLDS = 5
+PENALTIES = (1e-4, 1e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)  # α in mean cross-entropy + α·‖W‖²
+GOLDEN_LANGS = ("en", "zh")
+
+
+@dataclass(frozen=True)
+class PresetsResult:
+    model: str
+    action: str  # "built" | "cached" | "skipped"
+    sha256: str
+    note: str = ""
+
+
+# --------------------------------------------------------------------------------------------- data
+
+
+def load_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def texts_of(line: dict[str, Any], parts: list[str]) -> list[str]:
+    state = line["state"]
+    if parts:
+        return [str(state[p]) for p in parts]
+    return [state if isinstance(state, str) else "\n".join(f"{k}:\n{v}" for k, v in state.items())]
+
+
+def level(p: np.ndarray) -> int:
+    """The served score rule: the expected level Σ p_i·i, rounded half up."""
+    return math.floor(float(np.arange(len(p)) @ p) + 0.5)
+
+
+def right(qtype: str, p: np.ndarray, want: int) -> bool:
+    if qtype == "score":
+        return level(p) == want
+    return int(np.argmax(p)) == want  # noul [false, true]: arg-max is p(true) > 0.5 (ties: false)
+
+
+# --------------------------------------------------------------------------------------------- the fit
+
+
+def fit_softmax(x: np.ndarray, y: np.ndarray, classes: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Multinomial logistic regression, mean cross-entropy + α‖W‖² (bias unpenalised), L-BFGS from zeros."""
+    n, d = x.shape
+    onehot = np.eye(classes)[y]
+
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        w, b = theta[: d * classes].reshape(d, classes), theta[d * classes:]
+        z = x @ w + b
+        z -= z.max(axis=1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        p = np.exp(logp)
+        value = -float((onehot * logp).sum()) / n + alpha * float((w * w).sum())
+        g = (p - onehot) / n
+        return value, np.concatenate([(x.T @ g + 2 * alpha * w).ravel(), g.sum(axis=0)])
+
+    result = minimize(loss, np.zeros(d * classes + classes), jac=True, method="L-BFGS-B",
+                      options={"maxiter": 500})
+    theta = result.x
+    return theta[: d * classes].reshape(d, classes), theta[d * classes:]
+
+
+def standardise(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    return mean, np.where(scale > 1e-8, scale, 1.0)
+
+
+def folds(groups: list[str], k: int = FOLDS) -> np.ndarray:
+    """Deterministic, grouped: lines sharing a group (a two-part preset's first part: one context with a supported
+    and a contradicted answer) fall in one fold, else the model is scored on a context it was fitted on with the
+    opposite answer. Groups in the order of their sha256 go to folds round-robin."""
+    order = sorted(set(groups), key=lambda g: hashlib.sha256(g.encode()).hexdigest())
+    index = {g: i % k for i, g in enumerate(order)}
+    return np.asarray([index[g] for g in groups])
+
+
+def cross_validate(x: np.ndarray, y: np.ndarray, classes: int, qtype: str, groups: list[str],
+                   ) -> tuple[float, dict[str, float]]:
+    """The penalty with the best mean fold accuracy (served rule), ties to the lower held-out-fold log-loss."""
+    fold = folds(groups)
+    scores: dict[str, float] = {}
+    best: tuple[float, float, float] | None = None
+    for alpha in PENALTIES:
+        hits, nll = 0, 0.0
+        for f in range(FOLDS):
+            tr, te = fold != f, fold == f
+            if not te.any() or len(np.unique(y[tr])) < 2:
+                continue
+            mean, scale = standardise(x[tr])
+            w, b = fit_softmax((x[tr] - mean) / scale, y[tr], classes, alpha)
+            z = ((x[te] - mean) / scale) @ w + b
+            z -= z.max(axis=1, keepdims=True)
+            p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+            hits += sum(right(qtype, row, int(t)) for row, t in zip(p, y[te], strict=True))
+            nll -= float(np.log(np.maximum(p[np.arange(int(te.sum())), y[te]], 1e-12)).sum())
+        accuracy = hits / len(y)
+        scores[f"{alpha:g}"] = round(accuracy, 4)
+        if best is None or (accuracy, -nll) > (best[1], -best[2]):
+            best = (alpha, accuracy, nll)
+    assert best is not None
+    return best[0], scores
+
+
+# --------------------------------------------------------------------------------------------- the encoder
+
+
+class InProcessEncoder:
+    """The card's encoder in process: the ONNX file and tokenizer Triton serves, the backend's ragged runner."""
+
+    def __init__(self, card: Any) -> None:
+        from gateway.runtime import ServedModel
+        from sr_backend.engines.ort_engine import make_session
+        from sr_backend.ragged import RaggedRunner
+
+        self.model = ServedModel(card)
+        self.encoder = self.model.text_encoder()
+        self.limit = card.limits.truncate_tokens or card.limits.max_input_tokens
+        self.runner = RaggedRunner(make_session(str(self.onnx_path(card)), threads=2))
+        self.cache: dict[str, np.ndarray] = {}
+
+    @staticmethod
+    def onnx_path(card: Any) -> Path:
+        return Path(card.directory.parent / card.triton_name / str(card.version) / "model.onnx")
+
+    def __call__(self, texts: list[str]) -> list[np.ndarray]:
+        todo = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        for start in range(0, len(todo), 32):
+            chunk = todo[start:start + 32]
+            rows = [np.asarray(self.encoder.encode(t, max_tokens=self.limit, overflow="truncate").ids)
+                    for t in chunk]
+            vectors, _ = self.runner.run_pooled(rows)
+            for text, vector in zip(chunk, vectors, strict=True):
+                self.cache[text] = np.asarray(vector, dtype=np.float64)
+        return [self.cache[t] for t in texts]
+
+
+# --------------------------------------------------------------------------------------------- the build
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _lingua() -> str:
+    try:
+        return version("lingua-language-detector")
+    except PackageNotFoundError:
+        return "missing"
+
+
+def cache_key(card: Any, data: Path) -> dict[str, Any]:
+    """What the heads depend on: a change to any of it rebuilds them, nothing else does."""
+    spec = card.decisions
+    presets = {n: d for n, d in spec.presets.items() if d.get("type") != "span"}
+    files = {n: _sha(data / f"{n}.jsonl") if (data / f"{n}.jsonl").is_file() else None for n in sorted(presets)}
+    encoder_dir = card.directory.parent / card.triton_name / str(card.version)
+    return {"revision": REVISION, "data": files, "presets": presets,
+            "encoder": {"model": card.triton_name, "onnx": _sha(encoder_dir / "model.onnx"),
+                        "tokenizer": _sha(encoder_dir / card.tokenizer)},
+            "lingua": _lingua()}
+
+
+def fit_heads(card: Any, data: Path, embed: Any) -> dict[str, Any]:
+    """Every listed (non-span) preset's head from its train lines; the artefact as a JSON-able dict."""
+    from gateway.decisions.families.presets import Head, Presets, features, kind_of
+
+    spec = card.decisions
+    heads: dict[str, Any] = {}
+    report: dict[str, Any] = {}
+    golden: list[dict[str, Any]] = []
+    for name, definition in spec.presets.items():
+        qtype = definition.get("type")
+        if qtype == "span":
+            continue
+        path = data / f"{name}.jsonl"
+        if not path.is_file():  # no data yet: the family answers this preset zero-shot (the card's definition)
+            report[name] = {"train_lines": 0, "note": f"no data at {path}"}
+            continue
+        keys = Presets._keys(definition)
+        over = definition.get("over")
+        parts = list(over) if isinstance(over, list) else []
+        kind = kind_of(name, parts or ["text"])
+        lines = [line for line in load_lines(path) if line["split"] == "train" and line["preset"] == name]
+        texts = [texts_of(line, parts) for line in lines]
+        if kind != "language":
+            embed([t for row in texts for t in row])
+        rows = np.stack([features(kind, row, [] if kind == "language" else embed(row)) for row in texts])
+        y = np.asarray([keys.index(str(line["expected"]).lower() if qtype == "noul" else str(line["expected"]))
+                        for line in lines])
+        alpha, cv = cross_validate(rows, y, len(keys), qtype, [row[0] for row in texts])
+        mean, scale = standardise(rows)
+        w, b = fit_softmax((rows - mean) / scale, y, len(keys), alpha)
+        head = Head(name, qtype, kind, parts, keys, mean, scale, w, b)
+        heads[name] = head.to_json()
+        report[name] = {"train_lines": len(lines), "features": int(rows.shape[1]), "penalty": alpha,
+                        "cv_accuracy": cv[f"{alpha:g}"], "cv_by_penalty": cv}
+        for lang in GOLDEN_LANGS:  # the first train line of each language: the served encoder must reproduce it
+            first = next((t for t, line in zip(texts, lines, strict=True) if line.get("lang") == lang), None)
+            if first is not None:
+                vectors = [] if kind == "language" else embed(first)
+                p = head.probabilities(features(kind, first, vectors))
+                golden.append({"preset": name, "lang": lang, "texts": first,
+                               "probabilities": [round(float(v), 6) for v in p]})
+    return {"heads": heads, "report": report, "golden": golden}
+
+
+def build_card(model_dir: Path, data: Path = DATA, *, force: bool = False,
+               embed: Any = None) -> PresetsResult | None:
+    """Build (or find cached) one card's preset heads; None for cards that are not `presets` decision cards."""
+    from gateway.cards import load_card
+    from gateway.decisions.families.presets import ARTEFACT_FORMAT, PresetsParams
+
+    card = load_card(model_dir / "card.yaml")
+    if card.decisions is None or card.decisions.family != "presets":
+        return None
+    params = PresetsParams.model_validate(card.decisions.parameters)
+    out = model_dir / params.presets.artefact
+    if not InProcessEncoder.onnx_path(card).is_file():
+        return PresetsResult(card.id, "skipped", "", f"its encoder {card.triton_name} is not built")
+    key = cache_key(card, data)
+    missing = [n for n, sha in key["data"].items() if sha is None]
+    if len(missing) == len(key["data"]):
+        return PresetsResult(card.id, "skipped", "", f"no preset data in {data}")
+    if not force and out.is_file():
+        recorded = json.loads(out.read_text())
+        if recorded.get("key") == key and recorded.get("format") == ARTEFACT_FORMAT:
+            return PresetsResult(card.id, "cached", _sha(out))
+    fitted = fit_heads(card, data, embed or InProcessEncoder(card))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"format": ARTEFACT_FORMAT, "key": key, **fitted}, ensure_ascii=False))
+    return PresetsResult(card.id, "built", _sha(out), json.dumps(
+        {n: r.get("cv_accuracy") for n, r in fitted["report"].items()})
+        + (f"; no data for {missing}: answered zero-shot" if missing else ""))
+
+
+def build_presets(repo: Path, data: Path = DATA, *, force: bool = False) -> list[PresetsResult]:
+    """The build step: every presets card of the repository (after the encoders are built)."""
+    results = []
+    for model_dir in sorted(p.parent for p in repo.glob("*/card.yaml")):
+        result = build_card(model_dir, data, force=force)
+        if result is not None:
+            results.append(result)
+            print(f"{result.model}: preset heads {result.action}"
+                  + (f" sha256={result.sha256}" if result.sha256 else "")
+                  + (f" ({result.note})" if result.note else ""), file=sys.stderr)
+    return results
+
+
+def main() -> None:  # pragma: no cover - CLI wrapper (tools/train_presets.py)
+    import argparse
+
+    parser = argparse.ArgumentParser(description="fit the trained presets' heads (cached by checksum)")
+    parser.add_argument("--model-repository", type=Path, default=ROOT / "model_repository")
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--force", action="store_true")
+    args = parser.parse_args()
+    build_presets(args.model_repository, args.data, force=args.force)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
