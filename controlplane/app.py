@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import logging
 import time
@@ -20,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from controlplane.auth import TOKEN_HEADER, KeystoneAuth, Principal
 from controlplane.config import Settings
 from controlplane.db import make_engine, migrate
-from controlplane.errors import ApiError, invalid_request
+from controlplane.errors import ApiError, invalid_request, too_many_requests
 from controlplane.kube import KubeBackend
 from controlplane.reconciler import Reconciler
 from controlplane.service import DeploymentService
@@ -62,7 +63,43 @@ _FAILURE = {
 
 
 def _error(err: ApiError) -> web.Response:
-    return web.json_response(err.body(), status=err.status)
+    return web.json_response(err.body(), status=err.status, headers=err.headers)
+
+
+READY_CHECK_TIMEOUT_S = 5.0
+"""Each readiness check's own bound; the orchestrator's probe timeout must be longer (k8s/base)."""
+
+MAX_JSON_DEPTH = 32
+"""Deepest JSON nesting a request body may have (the deepest valid deployment body is 4 levels)."""
+
+
+class SessionLimiter:
+    """Concurrent long-lived sessions (terminals, followed logs) per user in this replica: one user cannot
+    hold the apiserver's and kubelets' streams for everyone. Beyond the cap: 429 with Retry-After."""
+
+    def __init__(self, what: str, limit: int, retry_after_s: int) -> None:
+        self._what, self._limit, self._retry = what, limit, retry_after_s
+        self._open: dict[str, int] = {}
+
+    def acquire(self, user_id: str) -> None:
+        """Count one more session for ``user_id``; 429 when that would exceed the cap."""
+        held = self._open.get(user_id, 0)
+        if held >= self._limit:
+            raise too_many_requests(f"at most {self._limit} open {self._what} per user; close one first",
+                                    self._retry)
+        self._open[user_id] = held + 1
+
+    def release(self, user_id: str) -> None:
+        """One session of ``user_id`` ended."""
+        held = self._open.get(user_id, 0) - 1
+        if held > 0:
+            self._open[user_id] = held
+        else:
+            self._open.pop(user_id, None)
+
+
+EXEC_SESSIONS = web.AppKey("exec_sessions", SessionLimiter)
+LOG_FOLLOWS = web.AppKey("log_follows", SessionLimiter)
 
 
 @web.middleware
@@ -99,6 +136,12 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except web.HTTPException as exc:
         if exc.status == 404:
             return web.json_response({"error": "not_found", "message": "no such endpoint"}, status=404)
+        if exc.status == 413:
+            return web.json_response(
+                {"error": "invalid_request",
+                 "message": f"request body too large; at most {request.app[SETTINGS].max_body_bytes} bytes"},
+                status=413,
+            )
         if exc.status == 405:
             # The contract's error codes have no "method_not_allowed": the request itself is invalid.
             allowed = exc.headers.get("Allow", "")
@@ -116,7 +159,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 
 async def _principal(request: web.Request) -> Principal:
-    who = await request.app[AUTH].authenticate(request.headers.get(TOKEN_HEADER))
+    who = await request.app[AUTH].authenticate(request.headers.get(TOKEN_HEADER), request.remote)
     request[PRINCIPAL] = who  # for the audit line
     return who
 
@@ -126,9 +169,25 @@ async def _json_body(request: web.Request) -> Any:
         body = await request.json(loads=json.loads)
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid_request("request body must be valid JSON") from exc
+    except RecursionError as exc:  # nesting deeper than the parser's stack
+        raise invalid_request(f"request body is nested deeper than {MAX_JSON_DEPTH} levels") from exc
+    if _depth(body) > MAX_JSON_DEPTH:
+        raise invalid_request(f"request body is nested deeper than {MAX_JSON_DEPTH} levels")
     if _has_unstorable_text(body):
         raise invalid_request("strings must not contain NUL characters or unpaired surrogates")
     return body
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value, without recursion (a hostile body must not blow the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level <= MAX_JSON_DEPTH:
+                stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _has_unstorable_text(value: Any) -> bool:
@@ -220,14 +279,22 @@ async def deployment_logs(request: web.Request) -> web.StreamResponse:
     who = await _principal(request)
     follow = request.query.get("follow", "").lower() in ("true", "1")
     tail = _int_param(request, "tailLines", 500)
-    upstream = await request.app[SERVICE].open_logs(
-        who,
-        request.match_info["id"],
-        request.query.get("pod") or None,
-        request.query.get("container") or None,
-        follow,
-        tail if tail > 0 else 500,
-    )
+    follows = request.app[LOG_FOLLOWS]
+    if follow:
+        follows.acquire(who.user_id)
+    try:
+        upstream = await request.app[SERVICE].open_logs(
+            who,
+            request.match_info["id"],
+            request.query.get("pod") or None,
+            request.query.get("container") or None,
+            follow,
+            tail if tail > 0 else 500,
+        )
+    except BaseException:
+        if follow:
+            follows.release(who.user_id)
+        raise
     resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8", "X-Accel-Buffering": "no"})
     try:
         await resp.prepare(request)
@@ -246,6 +313,8 @@ async def deployment_logs(request: web.Request) -> web.StreamResponse:
         pass  # the client or the upstream went away: nothing more to send either way
     finally:
         upstream.close()
+        if follow:
+            follows.release(who.user_id)
     return resp
 
 
@@ -258,6 +327,20 @@ async def deployment_exec(request: web.Request) -> web.WebSocketResponse:
     """
     who = await _principal(request)
     dep_id = request.match_info["id"]
+    sessions = request.app[EXEC_SESSIONS]
+    try:
+        sessions.acquire(who.user_id)
+    except ApiError as err:
+        audit("exec", who=who, deployment=dep_id, result=err.status)
+        raise
+    try:
+        return await _exec_session(request, who, dep_id)
+    finally:
+        sessions.release(who.user_id)
+
+
+async def _exec_session(request: web.Request, who: Principal, dep_id: str) -> web.WebSocketResponse:
+    """One terminal session, from opening the pod's exec stream to the final frame."""
     try:
         upstream = await request.app[SERVICE].open_exec(
             who, dep_id, request.query.get("pod") or None, request.query.get("container") or None
@@ -343,6 +426,10 @@ async def _bridge(
                 await upstream.send_bytes(b"\x04" + json.dumps(size).encode())
         ended.setdefault("reason", "session closed by the client")
 
+    # One incremental decoder per output channel: a character whose UTF-8 bytes arrive in two frames is
+    # sent whole, not as two replacement characters.
+    decoders = {ch: codecs.getincrementaldecoder("utf-8")(errors="replace") for ch in (1, 2)}
+
     async def from_pod() -> None:
         async for msg in upstream:
             if msg.type != aiohttp.WSMsgType.BINARY or not msg.data:
@@ -350,7 +437,9 @@ async def _bridge(
             channel, data = msg.data[0], msg.data[1:]
             limits.touch()
             if channel in (1, 2) and data:
-                await ws.send_str(data.decode("utf-8", errors="replace"))
+                text = decoders[channel].decode(data)
+                if text:
+                    await ws.send_str(text)
             elif channel == 3:
                 ended["reason"] = _exit_reason(data)
         ended.setdefault("reason", "session ended")
@@ -400,13 +489,21 @@ async def delete_deployment(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def _only_get(request: web.Request) -> web.Response:
+    """Other methods on a GET-only path: 405 with this path's own ``Allow``."""
+    raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"])
+
+
 async def healthz(_: web.Request) -> web.Response:
     """Liveness: the process serves requests (nothing external is asked)."""
     return web.json_response({"status": "ok"})
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Readiness: the catalog database, the apiserver (when configured) and Keystone all answer."""
+    """Readiness: the catalog database answers. Keystone and the apiserver are reported (and exported as
+    ``sr_cp_dependency_up``) but do not decide: when a shared dependency is down every replica would go
+    unready at once, the load balancer would have nowhere to send requests, and callers would get connection
+    errors instead of the API's clear 503/502 naming the dependency."""
     app = request.app
     checks: dict[str, str] = {}
 
@@ -419,13 +516,16 @@ async def readyz(request: web.Request) -> web.Response:
             await app[KUBE].ping()
 
     probes = {"database": database(), "kubernetes": kubernetes(), "keystone": app[AUTH].check()}
-    results = await asyncio.gather(*(asyncio.wait_for(p, 5) for p in probes.values()), return_exceptions=True)
+    results = await asyncio.gather(*(asyncio.wait_for(p, READY_CHECK_TIMEOUT_S) for p in probes.values()),
+                                   return_exceptions=True)
     for name, result in zip(probes, results, strict=True):
         if isinstance(result, BaseException):
             checks[name] = f"error: {getattr(result, 'message', None) or type(result).__name__}"
         else:
             checks[name] = "ok" if name != "kubernetes" or KUBE in app else "not configured"
-    ready = not any(v.startswith("error") for v in checks.values())
+        if name != "database" and checks[name] != "not configured":
+            app[TELEMETRY].dependency_up.labels(dependency=name).set(0 if checks[name].startswith("error") else 1)
+    ready = checks["database"] == "ok"
     return web.json_response({"status": "ready" if ready else "not ready", "checks": checks},
                              status=200 if ready else 503)
 
@@ -443,9 +543,13 @@ async def openapi_document(_: web.Request) -> web.Response:
 
 def create_app(settings: Settings) -> web.Application:
     """Build the app; the database is migrated and clients are opened in the startup context."""
-    app = web.Application(middlewares=[context_middleware, errors_middleware])
+    app = web.Application(middlewares=[context_middleware, errors_middleware], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     telemetry = app[TELEMETRY] = Telemetry()
+    app[EXEC_SESSIONS] = SessionLimiter("terminal sessions", settings.max_exec_sessions_per_user,
+                                        settings.session_retry_after_s)
+    app[LOG_FOLLOWS] = SessionLimiter("followed log streams", settings.max_log_follows_per_user,
+                                      settings.session_retry_after_s)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url)
@@ -453,7 +557,10 @@ def create_app(settings: Settings) -> web.Application:
         kube = KubeBackend(settings.kubeconfig, settings.kube_timeout_s, telemetry) if settings.kubeconfig else None
         auth = KeystoneAuth(settings.keystone_url, settings.token_cache_ttl_s, settings.role_permissions,
                             ca_file=settings.keystone_ca_file, timeout_s=settings.keystone_timeout_s,
-                            telemetry=telemetry)
+                            telemetry=telemetry, cache_size=settings.token_cache_size,
+                            global_read_project_id=settings.global_read_project_id,
+                            invalid_limit=settings.invalid_token_limit,
+                            invalid_window_s=settings.invalid_token_window_s)
         app[SERVICE] = DeploymentService(engine, kube, settings)
         app[AUTH] = auth
         app[ENGINE] = engine
@@ -465,6 +572,7 @@ def create_app(settings: Settings) -> web.Application:
                     engine, kube, telemetry, interval_s=settings.reconcile_interval_s,
                     lease_namespace=settings.reconcile_lease_namespace, lease_name=settings.reconcile_lease_name,
                     lease_duration_s=settings.reconcile_lease_duration_s,
+                    lease_renew_s=settings.reconcile_lease_renew_s,
                 )
                 task = asyncio.create_task(app[RECONCILER].run())
         yield
@@ -484,7 +592,10 @@ def create_app(settings: Settings) -> web.Application:
     r.add_get("/openapi.yaml", openapi_document, name="openapi")
     r.add_get(f"{PREFIX}/deployments", list_deployments, name="list")
     r.add_post(f"{PREFIX}/deployments", create_deployment, name="create")
-    r.add_get(f"{PREFIX}/deployments/api-schemas", api_schemas, name="api_schemas")  # before {id}
+    schemas = r.add_resource(f"{PREFIX}/deployments/api-schemas", name="api_schemas")  # before {id}
+    schemas.add_route("GET", api_schemas)
+    schemas.add_route("HEAD", api_schemas)
+    schemas.add_route("*", _only_get)  # else PATCH/DELETE would fall through to the {id} route
     r.add_get(f"{PREFIX}/deployments/{{id}}", get_deployment, name="get")
     r.add_patch(f"{PREFIX}/deployments/{{id}}", update_deployment, name="update")
     r.add_post(f"{PREFIX}/deployments/{{id}}/stop", stop_deployment, name="stop")

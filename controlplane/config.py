@@ -9,7 +9,10 @@ import json
 import os
 import ssl
 from dataclasses import dataclass, field, fields
+from decimal import Decimal
 from typing import Any
+
+from kubernetes.utils import parse_quantity
 
 ENV_PREFIX = "SR_CP_"
 
@@ -18,7 +21,9 @@ DEFAULT_ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "member": frozenset({"deployment:read", "deployment:write"}),
     "admin": frozenset({"deployment:read", "deployment:write", "global:read"}),
 }
-"""Keystone role -> permissions. ``global:read`` lets admins read every project's deployments."""
+"""Keystone role -> permissions. ``global:read`` lets admins read every project's deployments, but only when
+the token is system-scoped or scoped to ``global_read_project_id`` (see :mod:`controlplane.auth`): the admin
+role of an ordinary project is that project's admin, not the platform's."""
 
 
 class SettingsError(ValueError):
@@ -43,7 +48,15 @@ class Settings:
         "kubeconfig of the control plane's cluster identity (empty: Kubernetes not configured, 503)"))
     kube_timeout_s: float = field(default=10.0, metadata=_help("timeout of one Kubernetes API call"))
     token_cache_ttl_s: float = field(default=30.0, metadata=_help(
-        "how long a validated token is trusted before Keystone is asked again"))
+        "how long a validated token is trusted before Keystone is asked again (never past its expires_at)"))
+    token_cache_size: int = field(default=10000, metadata=_help(
+        "most tokens the validation cache holds; the least recently used goes first"))
+    invalid_token_limit: int = field(default=20, metadata=_help(
+        "invalid tokens one client address may present per invalid_token_window_s before it gets 429"))
+    invalid_token_window_s: float = field(default=60.0, metadata=_help(
+        "window of invalid_token_limit; also the longest Retry-After it answers"))
+    global_read_project_id: str | None = field(default=None, metadata=_help(
+        "Keystone project id whose tokens may use global:read (unset: only system-scoped tokens)"))
     role_permissions: dict[str, frozenset[str]] = field(
         default_factory=lambda: dict(DEFAULT_ROLE_PERMISSIONS),
         metadata=_help('JSON object: Keystone role -> list of permissions, e.g. {"member": ["deployment:read"]}'),
@@ -68,6 +81,21 @@ class Settings:
     reconcile_lease_name: str = field(default="sr-controlplane-reconciler", metadata=_help("name of that Lease"))
     reconcile_lease_duration_s: float = field(default=15.0, metadata=_help(
         "a leader that has not renewed the Lease for this long is replaced"))
+    reconcile_lease_renew_s: float = field(default=5.0, metadata=_help(
+        "how often the leader renews the Lease (its own timer); at most half of reconcile_lease_duration_s"))
+    max_replicas: int = field(default=8, metadata=_help("most replicas one deployment may ask for"))
+    max_cpu: str = field(default="64", metadata=_help("largest CPU request of one deployment (a quantity)"))
+    max_memory: str = field(default="512Gi", metadata=_help(
+        "largest memory request of one deployment (a quantity)"))
+    max_gpu: int = field(default=8, metadata=_help("most GPUs one deployment may request"))
+    max_exec_sessions_per_user: int = field(default=4, metadata=_help(
+        "terminal sessions one user may hold open at once in this replica (beyond: 429)"))
+    max_log_follows_per_user: int = field(default=8, metadata=_help(
+        "log streams with follow one user may hold open at once in this replica (beyond: 429)"))
+    session_retry_after_s: int = field(default=30, metadata=_help(
+        "Retry-After of a 429 for too many terminal or log-follow sessions"))
+    max_body_bytes: int = field(default=1048576, metadata=_help(
+        "largest request body accepted (beyond: 413)"))
     log_format: str = field(default="text", metadata=_help("text, or json: one JSON object per line"))
     log_level: str = field(default="info", metadata=_help("debug, info, warning or error"))
 
@@ -114,8 +142,24 @@ class Settings:
             raise _error("reconcile_interval_s", "must not be negative")
         if self.reconcile_lease_duration_s <= 0:
             raise _error("reconcile_lease_duration_s", "must be positive")
+        if self.reconcile_lease_renew_s <= 0:
+            raise _error("reconcile_lease_renew_s", "must be positive")
+        if self.reconcile_lease_duration_s < 2 * self.reconcile_lease_renew_s:
+            raise _error("reconcile_lease_duration_s", f"must be at least twice reconcile_lease_renew_s "
+                         f"({self.reconcile_lease_renew_s:g} s): one missed renewal must not lose the Lease")
         if self.token_cache_ttl_s < 0:
             raise _error("token_cache_ttl_s", "must not be negative")
+        for name in ("token_cache_size", "invalid_token_limit", "max_replicas", "max_exec_sessions_per_user",
+                     "max_log_follows_per_user", "session_retry_after_s", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise _error(name, "must be at least 1")
+        if self.max_gpu < 0:
+            raise _error("max_gpu", "must not be negative")
+        if self.invalid_token_window_s <= 0:
+            raise _error("invalid_token_window_s", "must be positive")
+        for name in ("max_cpu", "max_memory"):
+            if quantity(getattr(self, name)) is None:
+                raise _error(name, f"{getattr(self, name)!r} is not a Kubernetes quantity")
         if self.probe_concurrency < 1:
             raise _error("probe_concurrency", "must be at least 1")
         if self.architecture not in ("amd64", "arm64"):
@@ -160,6 +204,14 @@ def _convert(name: str, kind: Any, raw: str) -> Any:
         return raw.rstrip("/") if name.endswith("_url") else raw
     except ValueError as exc:
         raise _error(name, f"{raw!r} is not valid: {exc}") from exc
+
+
+def quantity(value: str) -> Decimal | None:
+    """A Kubernetes quantity ("500m", "16Gi", "2") as a number, ``None`` when it is not one."""
+    try:
+        return Decimal(parse_quantity(value))
+    except (ValueError, ArithmeticError):
+        return None
 
 
 def client_ssl(ca_file: str) -> ssl.SSLContext | bool:

@@ -6,15 +6,18 @@ so every status/code pair in the spec tables is produced in exactly one place.
 
 from __future__ import annotations
 
+import math
+
 
 class ApiError(Exception):
     """An error with the HTTP status and spec error code it must be reported as."""
 
-    def __init__(self, status: int, error: str, message: str) -> None:
+    def __init__(self, status: int, error: str, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.error = error
         self.message = message
+        self.headers = headers or {}
 
     def body(self) -> dict[str, str]:
         """The JSON body the spec requires for every error."""
@@ -64,3 +67,13 @@ def unavailable(message: str) -> ApiError:
 def internal(message: str) -> ApiError:
     """500: anything else; the message names the failed operation, never internals."""
     return ApiError(500, "internal_error", message)
+
+
+def too_many_requests(message: str, retry_after_s: float) -> ApiError:
+    """429: a per-user or per-client limit is reached; ``Retry-After`` says when to try again."""
+    return ApiError(429, "too_many_requests", message, {"Retry-After": str(max(1, math.ceil(retry_after_s)))})
+
+
+def payload_too_large(message: str) -> ApiError:
+    """413: the request body is over the limit."""
+    return ApiError(413, "invalid_request", message)

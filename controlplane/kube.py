@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -36,6 +39,8 @@ from controlplane.telemetry import Telemetry
 GROUP = "serving.kserve.io"
 STOP_ANNOTATION = "serving.kserve.io/stop"
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -49,7 +54,11 @@ class Kind:
         """Label selector for the pods KServe creates for ``workload``."""
         if self.name == "InferenceService":
             return f"serving.kserve.io/inferenceservice={workload}"
-        return f"app.kubernetes.io/name={workload},app.kubernetes.io/part-of=llminferenceservice"
+        # Only the model server pods: the router/scheduler pods KServe runs for an LLMInferenceService carry
+        # the same name/part-of labels but another component (they must not appear in pods, logs, exec or
+        # metrics, nor keep a stopped deployment "stopping").
+        return (f"app.kubernetes.io/name={workload},app.kubernetes.io/part-of=llminferenceservice,"
+                "kserve.io/component=workload")
 
 
 KINDS: dict[str, Kind] = {
@@ -69,7 +78,11 @@ def translate(exc: BaseException, action: str) -> ApiError:
     if isinstance(exc, ApiException):
         msg = f"{action}: {_message(exc)}"
         if exc.status in (401, 403):
-            return forbidden(f"Kubernetes refused the operation: {msg}")
+            # Kubernetes' text names the control plane's ServiceAccount and its missing verbs: the log gets
+            # it, the caller gets the spec's message.
+            log.warning("Kubernetes refused %s: %s %s", action, exc.status, _message(exc))
+            why = ": the project's namespace is being terminated" if "being terminated" in msg else ""
+            return forbidden(f"Kubernetes 拒绝操作 (Kubernetes refused the operation): {action}{why}")
         if exc.status == 404:
             return not_found(msg)
         if exc.status == 409:
@@ -77,21 +90,66 @@ def translate(exc: BaseException, action: str) -> ApiError:
         if exc.status in (400, 422):
             return unprocessable(f"Kubernetes rejected the request: {msg}")
         if exc.status == 0 or exc.status >= 500:
-            return backend_unavailable(f"Kubernetes API unavailable: {msg}")
+            log.warning("Kubernetes API failed on %s: %s %s", action, exc.status, _message(exc))
+            return backend_unavailable(f"Kubernetes API unavailable: {action}")
         return internal(f"{action} failed")
     if isinstance(exc, urllib3.exceptions.HTTPError | aiohttp.ClientError | OSError | TimeoutError):
         return backend_unavailable(f"Kubernetes API unavailable: {action}: {type(exc).__name__}")
     return internal(f"{action} failed")
 
 
+TOKEN_REREAD_S = 60.0
+"""How often a kubeconfig's ``tokenFile`` is read again (client-go: once a minute)."""
+
+
+def _token_file(kubeconfig: str) -> str | None:
+    """The current user's ``tokenFile`` (absolute), if the kubeconfig names one."""
+    doc = yaml.safe_load(Path(kubeconfig).read_text()) or {}
+    ctx_name = doc.get("current-context")
+    ctx = next((c.get("context") or {} for c in doc.get("contexts") or [] if c.get("name") == ctx_name), {})
+    user = next((u.get("user") or {} for u in doc.get("users") or [] if u.get("name") == ctx.get("user")), {})
+    path = user.get("tokenFile")
+    if not path:
+        return None
+    return str(Path(kubeconfig).resolve().parent / path) if not Path(path).is_absolute() else str(path)
+
+
+class _TokenFileReader:
+    """``refresh_api_key_hook`` that reads the ServiceAccount token file again: the kubelet rotates the
+    projected token (an hour by default) and the official client reads ``tokenFile`` only once, so every
+    call would turn into 401 after the first rotation."""
+
+    def __init__(self, path: str, every_s: float) -> None:
+        self._path, self._every = path, every_s
+        self._next = 0.0
+
+    def __call__(self, cfg: client.Configuration) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            return
+        try:
+            token = Path(self._path).read_text().strip()
+        except OSError as exc:  # keep the last token; the next call tries again
+            log.warning("cannot re-read the Kubernetes token file %s: %s", self._path, exc)
+            return
+        if token:
+            cfg.api_key["BearerToken"] = f"Bearer {token}"
+            self._next = now + self._every
+
+
 class KubeBackend:
     """Thin async facade over ``CustomObjectsApi`` and ``CoreV1Api`` for one cluster."""
 
-    def __init__(self, kubeconfig: str, timeout_s: float, telemetry: Telemetry | None = None) -> None:
+    def __init__(
+        self, kubeconfig: str, timeout_s: float, telemetry: Telemetry | None = None, *,
+        token_reread_s: float = TOKEN_REREAD_S,
+    ) -> None:
         self._telemetry = telemetry
         cfg = client.Configuration()
         config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         cfg.retries = 0  # an unreachable API must surface as 502 quickly, not after urllib3 retries
+        if token_file := _token_file(kubeconfig):
+            cfg.refresh_api_key_hook = _TokenFileReader(token_file, token_reread_s)  # type: ignore[assignment]
         self._api = client.ApiClient(cfg)
         self._custom = client.CustomObjectsApi(self._api)
         self._core = client.CoreV1Api(self._api)

@@ -99,7 +99,7 @@ class Lifecycle:
                 raise invalid_request("artifactId or modelUri is required")
             resolved_uri = v.oci_uri(uri_source)
             runtime, lora_owners = await resolve_runtime(
-                conn, project, eng, body, strict_replicas=False
+                conn, project, eng, body, strict_replicas=False, limits=self.settings
             )
         scope = visibility_scope(project, owners + lora_owners)
         if eng.backend_type not in KINDS:
@@ -251,7 +251,7 @@ class Lifecycle:
                 if cfg.get("lora") is not None and not (cfg["lora"] or {}).get("adapters"):
                     cfg["lora"] = None
                 runtime, lora_owners = await resolve_runtime(
-                    conn, project, eng, cfg, strict_replicas=True
+                    conn, project, eng, cfg, strict_replicas=True, limits=self.settings
                 )
                 owners = [eng.project_id, *lora_owners]
                 scope = visibility_scope(project, owners + ([project] if row.scope == "project" else [None]))
@@ -269,6 +269,9 @@ class Lifecycle:
 
             def mutate(obj: dict[str, Any]) -> None:
                 obj["spec"] = new_spec
+                # Workloads created before the label was forced get it at their next change.
+                obj.setdefault("metadata", {}).setdefault("labels", {})[workload.VISIBILITY_LABEL] = (
+                    workload.CLUSTER_LOCAL)
 
             await self.kube.update(kind, namespace(row.project_id), row.k8s_name, row.backend_uid, mutate)
         if values:

@@ -10,6 +10,7 @@ when the workload Service exists (before that there is nothing to scrape).
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 import time
 from typing import Any
@@ -23,10 +24,25 @@ DEFAULT_RANGE = 1800
 POINTS = 60
 MIN_STEP = 15
 
+log = logging.getLogger(__name__)
+
 
 def prometheus_error(reason: str) -> ApiError:
-    """502 with Prometheus' own reason, so operators see what failed."""
+    """502 with the kind of failure (the spec: "具体原因见 message"); the full detail goes to the log."""
     return ApiError(502, "prometheus_error", reason)
+
+
+def _category(exc: BaseException) -> str:
+    """What went wrong, in words that name no host, address or internal detail."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
+        return "Certificate of the monitoring endpoint not trusted (TLS)"
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return "timed out"
+    if isinstance(exc, aiohttp.ClientConnectionError):
+        return "monitoring endpoint unreachable"
+    if isinstance(exc, ValueError):
+        return "unreadable answer"
+    return "request failed"
 
 
 def window(range_key: str | None) -> tuple[int, int]:
@@ -77,10 +93,15 @@ async def _range_query(
         async with http.get(f"{base}/api/v1/query_range", params=params) as resp:
             body = await resp.json(content_type=None)
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise prometheus_error(f"Prometheus query failed: {type(exc).__name__}: {exc}") from exc
+        # The exception text names hosts, addresses and proxies: the log gets it, the caller a category.
+        log.warning("Prometheus query failed: %s: %s", type(exc).__name__, exc)
+        raise prometheus_error(f"Prometheus query failed: {_category(exc)}") from exc
     if not isinstance(body, dict) or body.get("status") != "success":
-        reason = body.get("error") if isinstance(body, dict) else None
-        raise prometheus_error(f"Prometheus query failed: {reason or resp.status}")
+        kind = body.get("errorType") if isinstance(body, dict) else None
+        log.warning("Prometheus query failed: HTTP %s %s: %s", resp.status, kind,
+                    body.get("error") if isinstance(body, dict) else body)
+        reason = f"HTTP {resp.status}" + (f" ({kind})" if isinstance(kind, str) and kind.isidentifier() else "")
+        raise prometheus_error(f"Prometheus query failed: {reason}")
     result = body.get("data", {}).get("result") or []
     if not result:
         return []

@@ -3,7 +3,8 @@ the cluster (so the list is fresh without anyone opening a detail page), finishe
 half-way, and reports records whose workload vanished and workloads that have no record.
 
 Several replicas may run; only the holder of a ``coordination.k8s.io`` Lease reconciles. The holder renews
-it every pass; another replica takes over once ``lease_duration_s`` passed without a renewal.
+it on its own timer (every ``lease_renew_s``, at most half the lease duration), whatever the reconcile
+interval; another replica takes over once it has seen no renewal for ``lease_duration_s`` on its own clock.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import socket
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -52,32 +53,68 @@ def _rfc3339_micro(value: datetime) -> str:
 
 
 class LeaderElection:
-    """One holder of a Lease at a time; ``acquire`` is called every pass and answers "am I the leader"."""
+    """One holder of a Lease at a time, renewed on its own timer (every ``renew_s``), independent of how long
+    a reconcile pass or its interval takes.
 
-    def __init__(self, cluster: ClusterView, namespace: str, name: str, duration_s: float, identity: str) -> None:
+    Expiry never compares the Lease's ``renewTime`` (another machine's clock) with this machine's clock: as
+    client-go does, a replica notes on its own monotonic clock when it last saw the Lease record change, and
+    takes over only when it has seen no change for ``leaseDurationSeconds``. The leader stops acting once its
+    last successful renewal is ``duration_s - renew_s / 2`` old, before any other replica can take over.
+    """
+
+    def __init__(
+        self, cluster: ClusterView, namespace: str, name: str, duration_s: float, identity: str,
+        renew_s: float | None = None,
+    ) -> None:
         self.cluster, self.namespace, self.name = cluster, namespace, name
         self.duration_s, self.identity = duration_s, identity
+        self.renew_s = renew_s if renew_s is not None else duration_s / 3
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+        self._renewed_at: float | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this replica renewed the Lease recently enough to act as the leader."""
+        deadline = self.duration_s - self.renew_s / 2
+        return self._renewed_at is not None and time.monotonic() - self._renewed_at < deadline
+
+    async def run(self, on_change: Any = None) -> None:
+        """Acquire or renew every ``renew_s`` until cancelled; errors only delay the next try."""
+        while True:
+            try:
+                await self.acquire()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("leader election: acquiring or renewing the Lease failed")
+            if on_change is not None:
+                on_change(self.is_leader)
+            await asyncio.sleep(self.renew_s)
 
     async def acquire(self) -> bool:
-        now = datetime.now(UTC)
+        """One try: renew when we hold the Lease, take it when it is free or its holder stopped renewing."""
+        now = time.monotonic()
         lease = await self.cluster.read_lease(self.namespace, self.name)
         spec: dict[str, Any] = (lease or {}).get("spec") or {}
         holder = spec.get("holderIdentity")
-        renewed = spec.get("renewTime")
-        expired = True
-        if holder and renewed:
-            last = datetime.fromisoformat(str(renewed).replace("Z", "+00:00"))
-            expired = now - last > timedelta(seconds=float(spec.get("leaseDurationSeconds") or self.duration_s))
-        if lease is not None and holder not in (None, self.identity) and not expired:
+        seen = (holder, spec.get("renewTime"), ((lease or {}).get("metadata") or {}).get("resourceVersion"))
+        if seen != self._observed:
+            self._observed, self._observed_at = seen, now
+        duration = float(spec.get("leaseDurationSeconds") or self.duration_s)
+        expired = not holder or now - self._observed_at > duration
+        if lease is not None and holder != self.identity and not expired:
+            self._renewed_at = None
             return False
+        wall = datetime.now(UTC)  # written for people and other tools; never compared with a clock here
         body: dict[str, Any] = {
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": max(1, round(self.duration_s)),
-                "renewTime": _rfc3339_micro(now),
-                "acquireTime": spec.get("acquireTime") if holder == self.identity else _rfc3339_micro(now),
+                "renewTime": _rfc3339_micro(wall),
+                "acquireTime": spec.get("acquireTime") if holder == self.identity else _rfc3339_micro(wall),
                 "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1),
             },
         }
@@ -87,8 +124,10 @@ class LeaderElection:
             await self.cluster.write_lease(self.namespace, body)
         except ApiError as err:
             if err.status == 409:
+                self._renewed_at = None
                 return False  # another replica renewed or took it first
             raise
+        self._renewed_at = now  # measured from before the write: conservative
         return True
 
 
@@ -105,13 +144,15 @@ class Reconciler:
         lease_namespace: str,
         lease_name: str,
         lease_duration_s: float,
+        lease_renew_s: float | None = None,
     ) -> None:
         self.store = DeploymentStore(engine)
         self.kube = kube
         self.cluster = ClusterView(kube)
         self.interval_s = interval_s
         identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.election = LeaderElection(self.cluster, lease_namespace, lease_name, lease_duration_s, identity)
+        self.election = LeaderElection(self.cluster, lease_namespace, lease_name, lease_duration_s, identity,
+                                       lease_renew_s)
         self.telemetry = telemetry
         self.last_success: float | None = None
         self.started = time.monotonic()
@@ -125,19 +166,30 @@ class Reconciler:
         return time.monotonic() - (self.last_success or self.started)
 
     async def run(self) -> None:
-        """The background loop; errors are logged and retried at the next tick, never fatal."""
-        while True:
-            try:
-                leader = await self.election.acquire()
-                self.telemetry.leader.set(1 if leader else 0)
-                if leader:
+        """The background loops: the election on its own timer, and a pass every ``interval_s`` while this
+        replica is the leader; errors are logged and retried at the next tick, never fatal."""
+        election = asyncio.create_task(self.election.run(self._leader_changed))
+        try:
+            while True:
+                leader = self.election.is_leader
+                self._leader_changed(leader)
+                if not leader:  # look again soon: a new leader starts its first pass without waiting long
+                    await asyncio.sleep(min(self.interval_s, self.election.renew_s))
+                    continue
+                try:
                     await self.reconcile_once()
                     self.last_success = time.monotonic()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("reconcile pass failed; retrying in %.1f s", self.interval_s)
-            await asyncio.sleep(self.interval_s)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("reconcile pass failed; retrying in %.1f s", self.interval_s)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            election.cancel()
+            await asyncio.gather(election, return_exceptions=True)
+
+    def _leader_changed(self, leader: bool) -> None:
+        self.telemetry.leader.set(1 if leader else 0)
 
     async def reconcile_once(self) -> None:
         """One pass over every live Kubernetes-backed record and every managed workload."""

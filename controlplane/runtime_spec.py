@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from controlplane import validation as v
 from controlplane.catalog import find_visible
+from controlplane.config import Settings
 from controlplane.db import artifacts, models
 from controlplane.errors import invalid_request
 
@@ -25,7 +26,8 @@ RUNTIME_FIELDS = PATCH_FIELDS - {"name", "description"}
 
 
 async def resolve_runtime(
-    conn: AsyncConnection, project: str, eng: Any, cfg: dict[str, Any], *, strict_replicas: bool
+    conn: AsyncConnection, project: str, eng: Any, cfg: dict[str, Any], *, strict_replicas: bool,
+    limits: Settings,
 ) -> tuple[dict[str, Any], list[str | None]]:
     """Validate the runtime part of a configuration against its engine; returns spec fields and the
     owners (project ids) of every LoRA artifact, for the visibility rule."""
@@ -40,6 +42,7 @@ async def resolve_runtime(
     out["args"] = v.str_list(cfg["args"], "args") if cfg.get("args") is not None else None
     out["env"] = v.env_list(cfg["env"]) if cfg.get("env") is not None else None
     out["resources"] = v.resources(cfg.get("resources"))
+    v.within_limits(out["replicas"], out["resources"], limits)
     kv = v.kv_cache_offloading(cfg.get("kvCacheOffloading"))
     if kv is not None:
         if not is_vllm:

@@ -18,6 +18,7 @@ from controlplane.auth import Principal
 from controlplane.db import deployments, utcnow
 from controlplane.errors import not_found, unprocessable
 from controlplane.kube import KINDS, Kind
+from controlplane.telemetry import audit
 
 WRITE_ATTEMPTS = 5  # read-merge-write rounds before a concurrent-write conflict is reported as 409
 
@@ -73,6 +74,8 @@ class DeploymentStore:
             row = (await conn.execute(stmt)).first()
         if row is None:
             raise not_found(f"deployment {dep_id} not found")
+        if row.project_id != who.project_id:  # only global read gets here: every such read is audited
+            audit("cross_project_read", who=who, deployment=dep_id, result="read", target_project=row.project_id)
         return row
 
     async def fetch(self, dep_id: str) -> Any:
@@ -83,6 +86,8 @@ class DeploymentStore:
     async def page(self, who: Principal, page: int, page_size: int) -> tuple[int, list[Any]]:
         """(total, rows of the page), newest first; ``page_size`` 0 means everything."""
         where = visible(who, write=False)
+        if who.global_read:
+            audit("cross_project_read", who=who, deployment=None, result="list", target_project="*")
         async with self.db.connect() as conn:
             total = await conn.scalar(sa.select(sa.func.count()).select_from(deployments).where(*where))
             total = int(total or 0)
@@ -97,6 +102,8 @@ class DeploymentStore:
 
     async def all_visible(self, who: Principal) -> list[Any]:
         """Every record the caller may read."""
+        if who.global_read:
+            audit("cross_project_read", who=who, deployment=None, result="api_schemas", target_project="*")
         async with self.db.connect() as conn:
             return list((await conn.execute(sa.select(deployments).where(*visible(who, write=False)))).all())
 

@@ -98,6 +98,9 @@ class Telemetry:
                                    "seconds since the leader's last complete reconcile pass", registry=self.registry)
         self.drift = Gauge("sr_cp_reconciler_drift", "records without workload / workloads without record",
                            ["kind"], registry=self.registry)
+        self.dependency_up = Gauge("sr_cp_dependency_up",
+                                   "1 when the dependency answered the last readiness probe (keystone, kubernetes)",
+                                   ["dependency"], registry=self.registry)
 
     @contextmanager
     def timed(self, histogram: Histogram, **labels: str) -> Iterator[dict[str, str]]:

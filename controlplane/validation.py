@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from controlplane.config import Settings, quantity
 from controlplane.errors import invalid_request
 
 NAME_MAX = 255
@@ -90,13 +91,33 @@ def resources(value: Any) -> dict[str, str] | None:
     return out or None
 
 
+# Label key prefixes a tenant must not set: they steer KServe (e.g. networking.kserve.io/visibility would
+# expose the workload outside the cluster, without auth), Kubernetes, the mesh, or this control plane's own
+# bookkeeping (which workload belongs to which deployment). A domain matches itself and its subdomains.
+RESERVED_LABEL_DOMAINS = ("kserve.io", "kubernetes.io", "k8s.io", "istio.io", "sr-gateway.io")
+# System-managed labels the spec lets a caller send (they are overwritten: "可能被补充或覆盖").
+SYSTEM_LABELS = frozenset({"beacon.io/runtime"})
+
+
+def is_reserved_label(key: str) -> bool:
+    """Whether ``key``'s prefix is a reserved domain (``x.kserve.io/a``, ``kubernetes.io/a``, ...)."""
+    if "/" not in key:
+        return False
+    prefix = key.split("/", 1)[0].lower()
+    return any(prefix == d or prefix.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
+
+
 def labels(value: Any) -> dict[str, str]:
-    """String-to-string labels (Kubernetes itself validates the key syntax)."""
+    """String-to-string labels without reserved prefixes (Kubernetes itself validates the key syntax)."""
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(x, str) for kv in value.items() for x in kv):
         raise invalid_request("labels must be an object of string keys and string values")
-    return dict(value)
+    reserved = sorted(k for k in value if is_reserved_label(k))
+    if reserved:
+        raise invalid_request(f"label {reserved[0]!r} uses a reserved prefix; labels under "
+                              f"{', '.join(RESERVED_LABEL_DOMAINS)} are managed by the platform")
+    return {k: val for k, val in value.items() if k not in SYSTEM_LABELS}
 
 
 def oci_uri(value: str) -> str:
@@ -181,3 +202,17 @@ def has_accelerator(override: dict[str, str] | None, engine_resources: dict[str,
     """A non-empty deployment ``resources.gpu`` wins over the engine's accelerator setting."""
     gpu = (override or {}).get("gpu") or (engine_resources or {}).get("gpu")
     return bool(gpu) and str(gpu) not in ("0", "0.0")
+
+
+def within_limits(replica_count: int, res: dict[str, str] | None, limits: Settings) -> None:
+    """The operator's caps on one deployment (replicas, CPU, memory, GPUs): a shared cluster must not let one
+    tenant request all of it. 400 naming the field and the cap."""
+    if replica_count > limits.max_replicas:
+        raise invalid_request(f"replicas must be at most {limits.max_replicas}")
+    res = res or {}
+    for key, cap in (("cpu", limits.max_cpu), ("memory", limits.max_memory), ("gpu", str(limits.max_gpu))):
+        if key not in res:
+            continue
+        asked, most = quantity(res[key]), quantity(cap)
+        if asked is not None and most is not None and asked > most:
+            raise invalid_request(f"resources.{key} must be at most {cap}")

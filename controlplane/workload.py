@@ -14,6 +14,9 @@ from controlplane.kube import GROUP, KINDS, STOP_ANNOTATION
 MANAGED_BY = "sr-controlplane"
 DEPLOYMENT_ID_LABEL = "sr-gateway.io/deployment-id"
 RUNTIME_LABEL = "beacon.io/runtime"
+VISIBILITY_LABEL = "networking.kserve.io/visibility"
+# The spec promises a cluster-internal address; an exposed endpoint would have no authentication at all.
+CLUSTER_LOCAL = "cluster-local"
 _NAME_MAX = 45  # KServe appends suffixes such as "-predictor" to derived objects; keep them under 63
 
 
@@ -98,7 +101,8 @@ def build_object(
 ) -> dict[str, Any]:
     """The full KServe object to create for a new deployment."""
     kind = KINDS[backend_type]
-    meta_labels = {**labels, "app.kubernetes.io/managed-by": MANAGED_BY, DEPLOYMENT_ID_LABEL: deployment_id}
+    meta_labels = {**labels, "app.kubernetes.io/managed-by": MANAGED_BY, DEPLOYMENT_ID_LABEL: deployment_id,
+                   VISIBILITY_LABEL: CLUSTER_LOCAL}
     return {
         "apiVersion": f"{GROUP}/{kind.version}",
         "kind": kind.name,

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -159,9 +160,12 @@ class Keystone:
         self.roles: dict[str, str] = {}
         self.shared: dict[str, tuple[str, str, str]] = {}
         self.unscoped = ""
+        self.admin_project_id = ""
 
     async def setup(self) -> None:
         self.admin_token = await self.token("admin", self.password, project_name="admin")
+        async with self.http.get(f"{self.url}/projects", params={"name": "admin"}, headers=self._h()) as r:
+            self.admin_project_id = (await r.json())["projects"][0]["id"]
         async with self.http.get(f"{self.url}/roles", headers=self._h()) as r:
             self.roles = {x["name"]: x["id"] for x in (await r.json())["roles"]}
         if "observer" not in self.roles:
@@ -176,7 +180,8 @@ class Keystone:
             return dict(await r.json())
 
     async def token(
-        self, user: str, password: str, *, project_id: str | None = None, project_name: str | None = None
+        self, user: str, password: str, *, project_id: str | None = None, project_name: str | None = None,
+        system: bool = False,
     ) -> str:
         auth: dict[str, Any] = {
             "identity": {
@@ -184,7 +189,9 @@ class Keystone:
                 "password": {"user": {"name": user, "domain": {"id": "default"}, "password": password}},
             }
         }
-        if project_id:
+        if system:
+            auth["scope"] = {"system": {"all": True}}
+        elif project_id:
             auth["scope"] = {"project": {"id": project_id}}
         elif project_name:
             auth["scope"] = {"project": {"name": project_name, "domain": {"id": "default"}}}
@@ -199,6 +206,35 @@ class Keystone:
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
+
+    async def system_token(self) -> str:
+        """A system-scoped token of the bootstrap admin (Keystone's platform administrator)."""
+        return await self.token("admin", self.password, system=True)
+
+    async def user_with_role(self, project_id: str, role: str) -> tuple[str, str, str]:
+        """A new user holding ``role`` on ``project_id``: (user id, name, password)."""
+        name, pw = f"cp-{uuid.uuid4().hex[:8]}-{role}", uuid.uuid4().hex
+        body = {"user": {"name": name, "password": pw, "domain_id": "default"}}
+        uid = (await self._request("POST", "/users", 201, body))["user"]["id"]
+        await self._request("PUT", f"/projects/{project_id}/users/{uid}/roles/{self.roles[role]}", 204)
+        return uid, name, pw
+
+    async def short_lived_token(self, project: Project, lifetime_s: float) -> str:
+        """A member token of ``project`` that Keystone expires after ``lifetime_s`` (an application credential
+        with that expiry: Keystone caps its tokens' ``expires_at`` at the credential's)."""
+        uid, uname, pw = self.shared["member"]
+        user_token = await self.token(uname, pw, project_id=project.id)
+        expires = (datetime.now(UTC) + timedelta(seconds=lifetime_s)).strftime("%Y-%m-%dT%H:%M:%S.%f")
+        body = {"application_credential": {"name": f"short-{uuid.uuid4().hex[:8]}", "expires_at": expires}}
+        async with self.http.post(f"{self.url}/users/{uid}/application_credentials", json=body,
+                                  headers={"X-Auth-Token": user_token}) as r:
+            assert r.status == 201, await r.text()
+            cred = (await r.json())["application_credential"]
+        auth = {"identity": {"methods": ["application_credential"],
+                             "application_credential": {"id": cred["id"], "secret": cred["secret"]}}}
+        async with self.http.post(f"{self.url}/auth/tokens", json={"auth": auth}) as r:
+            assert r.status == 201, await r.text()
+            return str(r.headers["X-Subject-Token"])
 
     async def revoke(self, token: str) -> None:
         async with self.http.delete(
@@ -277,9 +313,8 @@ class Cluster:
         await self.run(self.core.create_namespace, {"metadata": {"name": ns}})
         docs = render("project", namespace=ns)
         bind_to(docs, self.controlplane_namespace)
-        for doc in docs:
-            assert doc["kind"] == "RoleBinding", doc["kind"]
-            await self.run(self.rbac.create_namespaced_role_binding, ns, doc)
+        for doc in (d for d in docs if d["kind"] == "RoleBinding"):  # (k8s/project also fences it: NetworkPolicy,
+            await self.run(self.rbac.create_namespaced_role_binding, ns, doc)  # quota; not this suite's subject)
         self.provisioned.append(ns)
 
     async def terminate_namespace(self, ns: str) -> None:
@@ -384,14 +419,18 @@ class Cluster:
             self.custom.patch_namespaced_custom_object_status, GROUP, ver, ns, plural, name, {"status": status}
         )
 
-    async def add_pod(self, kind: str, ns: str, workload: str, idx: int = 0) -> str:
-        """Play KServe + scheduler: a workload pod, bound to a node, labelled the way KServe labels it."""
+    async def add_pod(
+        self, kind: str, ns: str, workload: str, idx: int = 0, component: str = "workload"
+    ) -> str:
+        """Play KServe + scheduler: a workload pod, bound to a node, labelled the way KServe labels it (an
+        LLMInferenceService also has ``component="router-scheduler"`` pods, named ``<workload>-<component>``)."""
         labels = (
             {"serving.kserve.io/inferenceservice": workload}
             if kind == "InferenceService"
-            else {"app.kubernetes.io/name": workload, "app.kubernetes.io/part-of": "llminferenceservice"}
+            else {"app.kubernetes.io/name": workload, "app.kubernetes.io/part-of": "llminferenceservice",
+                  "kserve.io/component": component}
         )
-        name = f"{workload}-pod-{idx}"
+        name = f"{workload}-pod-{idx}" if component == "workload" else f"{workload}-{component}-{idx}"
         body = {
             "metadata": {"name": name, "labels": labels},
             "spec": {"nodeName": "fake-node-1", "containers": [{"name": "main", "image": "example/main:1"}]},
@@ -572,8 +611,11 @@ async def make_client(settings: Settings) -> TestClient[Any, Any]:
     return tc
 
 
-def settings_for(env: dict[str, str], db: str, *, kube: bool = True, ttl: float = TOKEN_TTL_S) -> Settings:
+def settings_for(
+    env: dict[str, str], db: str, *, kube: bool = True, ttl: float = TOKEN_TTL_S, admin_project: str | None = None
+) -> Settings:
     return Settings(
+        global_read_project_id=admin_project,
         database_url=db,
         keystone_url=env["SR_TEST_KEYSTONE_URL"],
         kubeconfig=env["SR_TEST_KUBE_CP_KUBECONFIG"] if kube else None,
@@ -586,9 +628,10 @@ def settings_for(env: dict[str, str], db: str, *, kube: bool = True, ttl: float 
 
 
 @pytest_asyncio.fixture(scope="session")
-async def api(env: dict[str, str], catalog_db: str) -> AsyncIterator[Api]:
-    """The service as deployed: catalog + Kubernetes + Keystone."""
-    tc = await make_client(settings_for(env, catalog_db))
+async def api(env: dict[str, str], catalog_db: str, keystone: Keystone) -> AsyncIterator[Api]:
+    """The service as deployed: catalog + Kubernetes + Keystone; Keystone's bootstrap project "admin" is the
+    platform's admin project (its admins have global read)."""
+    tc = await make_client(settings_for(env, catalog_db, admin_project=keystone.admin_project_id))
     yield Api(tc)
     await tc.close()
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.controlplane.conftest import Api, Cluster, Project, validate_response, vllm
+from tests.controlplane.conftest import Api, Cluster, Project, make_client, settings_for, validate_response, vllm
 from tests.controlplane.test_logs import kubelet_debug, kubelet_streams
 
 pytestmark = pytest.mark.asyncio
@@ -57,8 +58,16 @@ async def test_a_terminal_session_runs_input_and_ends_with_a_reason_and_a_normal
 
 
 async def test_twenty_sessions_dropped_by_their_clients_leave_no_process_behind(
-    api: Api, project: Project, cluster: Cluster
+    env: dict[str, str], catalog_db: str, project: Project, cluster: Cluster
 ) -> None:
+    tc = await make_client(replace(settings_for(env, catalog_db), max_exec_sessions_per_user=20))
+    try:
+        await _twenty_sessions(Api(tc), project, cluster)
+    finally:
+        await tc.close()
+
+
+async def _twenty_sessions(api: Api, project: Project, cluster: Cluster) -> None:
     d = await api.create(project.member, **vllm("many-shells"))
     await cluster.add_pod(KIND, project.ns, "many-shells")
     sessions = []

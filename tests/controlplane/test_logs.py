@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -30,8 +31,9 @@ async def get_logs(api: Api, token: str | None, dep_id: str, query: str = "") ->
 
 async def kubelet_debug(what: str = "streams") -> dict[str, Any]:
     """What the fake kubelet saw: open log streams / exec sessions, or the last terminal size per pod."""
-    ctx = ssl.create_default_context()
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    certs = Path(os.environ["SR_TESTENV_DIR"]) / "certs"
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    ctx.load_cert_chain(certs / "client.crt", certs / "client.key")  # the kubelet checks client certificates
     async with aiohttp.ClientSession() as http, http.get(
         os.environ["SR_TEST_KUBELET_URL"] + f"/debug/{what}", ssl=ctx
     ) as r:

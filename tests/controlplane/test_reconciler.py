@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from aiohttp.test_utils import TestClient
 from kubernetes import client
 
 from controlplane.app import RECONCILER
+from controlplane.config import Settings
 from controlplane.db import deployments, make_engine
 from controlplane.reconciler import Reconciler
 from tests.controlplane.conftest import Api, Cluster, Project, make_client, settings_for, vllm
@@ -46,7 +48,7 @@ async def replicas(
     env: dict[str, str], db: str, lease: str, count: int, duration_s: float = 2.0
 ) -> AsyncIterator[list[TestClient[Any, Any]]]:
     settings = replace(settings_for(env, db), reconcile_interval_s=0.2, reconcile_lease_name=lease,
-                       reconcile_lease_duration_s=duration_s)
+                       reconcile_lease_duration_s=duration_s, reconcile_lease_renew_s=duration_s / 4)
     clients = [await make_client(settings) for _ in range(count)]
     try:
         yield clients
@@ -142,3 +144,54 @@ async def test_of_two_replicas_exactly_one_reconciles_and_the_other_takes_over_w
         await until(lambda: is_leader(follower), "the follower to take over", timeout=10)
         obj = await cluster.run(coord.read_namespaced_lease, lease, cluster.controlplane_namespace)
         assert obj.spec.holder_identity == reconciler(follower).election.identity
+
+
+async def test_with_the_default_settings_the_leader_renews_on_its_own_timer_well_within_the_lease(
+    env: dict[str, str], catalog_db: str, cluster: Cluster
+) -> None:
+    """Defaults: a 30 s pass interval, a 15 s Lease. Renewing only once per pass would let the Lease lapse
+    between passes; the election renews every 5 s instead."""
+    defaults = Settings()
+    assert defaults.reconcile_lease_duration_s >= 2 * defaults.reconcile_lease_renew_s
+    assert defaults.reconcile_interval_s > defaults.reconcile_lease_duration_s  # the case that used to lapse
+    lease = f"lease-{uuid.uuid4().hex[:8]}"
+    coord = client.CoordinationV1Api(cluster.api)
+    settings = replace(settings_for(env, catalog_db), reconcile_interval_s=defaults.reconcile_interval_s,
+                       reconcile_lease_name=lease)
+    tc = await make_client(settings)
+    try:
+        await until(lambda: is_leader(tc), "the only replica to lead")
+        first = (await cluster.run(coord.read_namespaced_lease, lease, cluster.controlplane_namespace)).spec
+
+        async def renewed() -> bool:
+            now = (await cluster.run(coord.read_namespaced_lease, lease, cluster.controlplane_namespace)).spec
+            return bool(now.renew_time != first.renew_time)
+
+        await until(renewed, "a renewal before the next pass", timeout=2 * defaults.reconcile_lease_renew_s + 2)
+        assert is_leader(tc)
+    finally:
+        await tc.close()
+
+
+async def test_a_lease_renewed_by_another_replica_is_not_taken_over_because_its_clock_looks_old(
+    env: dict[str, str], catalog_db: str, cluster: Cluster
+) -> None:
+    """The holder's renewTime comes from another machine's clock (here: years behind). Only a Lease that
+    stayed unchanged for its duration, measured on this replica's own clock, may be taken over."""
+    lease = f"lease-{uuid.uuid4().hex[:8]}"
+    coord = client.CoordinationV1Api(cluster.api)
+    long_ago = datetime(2001, 1, 1, 0, 0, 0, 1, tzinfo=UTC)  # microseconds: the apiserver wants them written
+    body = client.V1Lease(metadata=client.V1ObjectMeta(name=lease), spec=client.V1LeaseSpec(
+        holder_identity="replica-elsewhere", lease_duration_seconds=15, renew_time=long_ago, acquire_time=long_ago))
+    await cluster.run(coord.create_namespaced_lease, cluster.controlplane_namespace, body)
+    tc = await make_client(replace(settings_for(env, catalog_db), reconcile_interval_s=30.0,
+                                   reconcile_lease_name=lease))
+    try:
+        election = reconciler(tc).election
+        await until(lambda: election._observed is not None, "the first look at the Lease")
+        await until(lambda: election._observed_at and time.monotonic() - election._observed_at
+                    > election.renew_s + 0.5, "a second look at the unchanged Lease", timeout=15)
+        obj = await cluster.run(coord.read_namespaced_lease, lease, cluster.controlplane_namespace)
+        assert obj.spec.holder_identity == "replica-elsewhere" and not is_leader(tc)
+    finally:
+        await tc.close()

@@ -41,7 +41,7 @@ def project_binding(project_namespace: str, controlplane_namespace: str) -> list
     """What k8s/project renders for one project namespace: the RoleBinding granting the workload verbs there."""
     docs = render("project", namespace=project_namespace)
     bind_to(docs, controlplane_namespace)
-    return docs
+    return [d for d in docs if d["kind"] == "RoleBinding"]  # k8s/project's fence and quota are not the identity
 
 
 def kubectl_apply(admin_kubeconfig: str, docs: list[dict[str, Any]]) -> None:

@@ -5,8 +5,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 RUN=${1:?usage: down.sh RUN}
 [ -d "$RUN" ] || exit 0
 "$HERE/apiserver.sh" "$RUN" stop 2>/dev/null || true
-if [ -f "$RUN/pg.bin" ] && [ -f "$RUN/pg/data/postmaster.pid" ]; then
-  su postgres -s /bin/sh -c "$(cat "$RUN/pg.bin")/pg_ctl -D $RUN/pg/data -m immediate -w stop" >/dev/null 2>&1 || true
+PGDIR=$(cat "$RUN/pg.dir" 2>/dev/null || true)
+if [ -n "$PGDIR" ] && [ -f "$RUN/pg.bin" ] && [ -f "$PGDIR/pg/data/postmaster.pid" ]; then
+  su postgres -s /bin/sh -c "$(cat "$RUN/pg.bin")/pg_ctl -D $PGDIR/pg/data -m immediate -w stop" >/dev/null 2>&1 || true
 fi
 if [ -f "$RUN/pids" ]; then
   while read -r name pid; do
@@ -17,4 +18,5 @@ if [ -f "$RUN/pids" ]; then
     kill -9 "$pid" 2>/dev/null || true
   done < "$RUN/pids"
 fi
+case "$PGDIR" in /tmp/sr-cp-testenv-pg.*) rm -rf "$PGDIR" ;; esac
 case "$RUN" in /tmp/sr-cp-testenv.*) rm -rf "$RUN" ;; esac

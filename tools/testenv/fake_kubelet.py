@@ -133,7 +133,7 @@ async def resizes(request: web.Request) -> web.Response:
 
 
 def main() -> None:
-    kubeconfig, cert, key, port, node = sys.argv[1:6]
+    kubeconfig, cert, key, port, node, client_ca = sys.argv[1:7]
     register_node(kubeconfig, node, int(port))
     app = web.Application(handler_args={"handler_cancellation": True})
     app[OPEN] = {}
@@ -144,6 +144,10 @@ def main() -> None:
     app.router.add_route("*", "/exec/{ns}/{pod}/{ctr}", exec_)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
+    # Like a real kubelet (--client-ca-file): only clients with a certificate the cluster CA signed, i.e. the
+    # apiserver, may read logs or run commands; nothing else on the host may reach the pods through it.
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(client_ca)
     web.run_app(app, host="127.0.0.1", port=int(port), ssl_context=ctx, print=None)
 
 

@@ -25,7 +25,8 @@ for port in "$ETCD_PORT" "$ETCD_PEER_PORT" "$KUBE_PORT" "$KEYSTONE_PORT" "$PG_PO
 done
 
 RUN=$(mktemp -d /tmp/sr-cp-testenv.XXXXXX)
-chmod 755 "$RUN"
+# The run directory holds the cluster-admin token, the CA key and the ServiceAccount signing key: root only.
+chmod 700 "$RUN"
 : > "$RUN/pids"
 fail() { echo "testenv: $*" >&2; "$HERE/down.sh" "$RUN" >&2 || true; exit 1; }
 wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
@@ -46,6 +47,12 @@ mkdir -p "$RUN/certs"
   openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 30 -extfile ext.cnf
   openssl genrsa -out sa.key 2048
   openssl rsa -in sa.key -pubout -out sa.pub
+  # A client certificate for the tests' own look at the stand-in kubelet (which, like a real one, only
+  # answers clients whose certificate the cluster CA signed: the apiserver's, and this one).
+  openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=sr-test-client
+  printf "extendedKeyUsage=clientAuth\n" > client.cnf
+  openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 30 \
+    -extfile client.cnf
 ) >"$RUN/certs.log" 2>&1 || fail "certificate generation failed"
 ADMIN_TOKEN=$(openssl rand -hex 16)
 cat > "$RUN/tokens.csv" <<CSV
@@ -114,9 +121,10 @@ CP_NAMESPACE=sr-gateway
 
 # --- fake kubelet: registers node fake-node-1 and serves container logs through the apiserver --------
 "$PYTHON" "$HERE/fake_kubelet.py" "$RUN/admin.kubeconfig" "$RUN/certs/server.crt" "$RUN/certs/server.key" \
-  "$KUBELET_PORT" fake-node-1 >"$RUN/kubelet.log" 2>&1 &
+  "$KUBELET_PORT" fake-node-1 "$RUN/certs/ca.crt" >"$RUN/kubelet.log" 2>&1 &
 echo "kubelet $!" >> "$RUN/pids"
-wait_for 30 "fake kubelet" curl -m 1 -sfk "https://127.0.0.1:$KUBELET_PORT/debug/streams"
+wait_for 30 "fake kubelet" curl -m 1 -sf --cacert "$RUN/certs/ca.crt" --cert "$RUN/certs/client.crt" \
+  --key "$RUN/certs/client.key" "https://127.0.0.1:$KUBELET_PORT/debug/streams"
 
 # --- Keystone (one sync worker: SQLite allows one writer, and concurrent workers hit "database is locked") ---
 mkdir -p "$RUN/keystone"
@@ -155,25 +163,32 @@ echo "keystone $!" >> "$RUN/pids"
 wait_for 60 keystone curl -m 2 -sf "http://127.0.0.1:$KEYSTONE_PORT/v3"
 
 # --- PostgreSQL (refuses to run as root: run as postgres) -------------------------------------------
+# Its directory lives outside RUN (which only root may enter) and belongs to postgres alone; every
+# connection, local or TCP, needs the password (scram-sha-256, never trust).
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-mkdir -p "$RUN/pg"; chown postgres:postgres "$RUN/pg"
+PGDIR=$(mktemp -d /tmp/sr-cp-testenv-pg.XXXXXX)
+echo "$PGDIR" > "$RUN/pg.dir"  # down.sh removes it
+mkdir -p "$PGDIR/pg"; chown -R postgres:postgres "$PGDIR"; chmod 700 "$PGDIR"
+PG_PASSWORD=$(openssl rand -hex 16)
+(umask 077; echo "$PG_PASSWORD" > "$PGDIR/pwfile"); chown postgres:postgres "$PGDIR/pwfile"
 echo "$PGBIN" > "$RUN/pg.bin"  # before start: down.sh stops a server that came up late, too
 pg_fail() {  # the logs go with RUN when fail tears it down: show them first
-  tail -n 20 "$RUN/pg-init.log" "$RUN/pg-start.log" "$RUN/pg/pg.log" >&2 2>/dev/null || true
+  tail -n 20 "$RUN/pg-init.log" "$RUN/pg-start.log" "$PGDIR/pg/pg.log" >&2 2>/dev/null || true
   fail "$1"
 }
-su postgres -s /bin/sh -c "$PGBIN/initdb -D $RUN/pg/data -A trust -U postgres" >"$RUN/pg-init.log" 2>&1 \
-  || pg_fail "initdb failed"
+su postgres -s /bin/sh -c "$PGBIN/initdb -D $PGDIR/pg/data -A scram-sha-256 --pwfile=$PGDIR/pwfile -U postgres" \
+  >"$RUN/pg-init.log" 2>&1 || pg_fail "initdb failed"
+rm -f "$PGDIR/pwfile"
 pg_start() {
-  su postgres -s /bin/sh -c "$PGBIN/pg_ctl -D $RUN/pg/data -l $RUN/pg/pg.log -w -t 120 start \
-    -o '-c listen_addresses=127.0.0.1 -p $PG_PORT -k $RUN/pg -c fsync=off -c max_connections=200'" \
+  su postgres -s /bin/sh -c "$PGBIN/pg_ctl -D $PGDIR/pg/data -l $PGDIR/pg/pg.log -w -t 120 start \
+    -o '-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PGDIR/pg -c fsync=off -c max_connections=200'" \
     >>"$RUN/pg-start.log" 2>&1
 }
 # One more try after a failed start (seen once in CI on a fresh machine, cause not captured): its logs are shown.
 if ! pg_start; then
   echo "testenv: postgres did not start; trying once more" >&2
-  tail -n 20 "$RUN/pg-start.log" "$RUN/pg/pg.log" >&2 2>/dev/null || true
-  su postgres -s /bin/sh -c "$PGBIN/pg_ctl -D $RUN/pg/data -m immediate -w stop" >/dev/null 2>&1 || true
+  tail -n 20 "$RUN/pg-start.log" "$PGDIR/pg/pg.log" >&2 2>/dev/null || true
+  su postgres -s /bin/sh -c "$PGBIN/pg_ctl -D $PGDIR/pg/data -m immediate -w stop" >/dev/null 2>&1 || true
   sleep 2
   pg_start || pg_fail "postgres did not start"
 fi
@@ -187,6 +202,6 @@ export SR_TEST_APISERVER_CTL="$HERE/apiserver.sh $RUN"
 export SR_TEST_KEYSTONE_URL=http://127.0.0.1:$KEYSTONE_PORT/v3
 export SR_TEST_KEYSTONE_ADMIN_PASSWORD=$KS_PASSWORD
 export SR_TEST_KUBELET_URL=https://127.0.0.1:$KUBELET_PORT
-export SR_TEST_PG_DSN=postgresql+asyncpg://postgres@127.0.0.1:$PG_PORT/postgres
+export SR_TEST_PG_DSN=postgresql+asyncpg://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/postgres
 ENV
 echo "$RUN"
