@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from .timing import PHASES, Timing
 
@@ -54,6 +60,7 @@ class Metrics:
                                     "Decision questions looked up in the result cache, by model and result (hit, miss)",
                                     ["model", "result"], registry=r)
         self._children: dict[tuple[object, ...], Any] = {}
+        r.register(ProcessMemoryCollector())
 
     def child(self, metric: Any, *labels: str) -> Any:
         """The labelled child, cached: `labels()` validates and hashes on every call, a hot-path cost."""
@@ -80,3 +87,101 @@ class Metrics:
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+# -- memory of the served process tree --------------------------------------------------------------------------------
+INSTANCE_GAUGE = "sr_gateway_model_instance_resident_bytes"  # the same name as the instances' own (triton_model.py)
+STUB = "triton_python_backend_stub"  # the Python backend runs each model instance as its own process of this name
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    pid: int
+    role: str  # "gateway" (the root), "tritonserver", "model" (a Python-backend instance) or "other"
+    model: str  # model instances: the Triton model; else ""
+    instance: str  # model instances: Triton's instance name (e.g. all-minilm-l6-v2_0_0); else the command name
+    rss_bytes: int
+
+
+def _stat(pid: str) -> tuple[str, int] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.index("(") + 1:text.rindex(")")], int(text[text.rindex(")") + 2:].split()[1])
+
+
+def _rss(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _describe(pid: int, name: str) -> tuple[str, str, str]:
+    """(role, model, instance) of one descendant, from its command line: the stub is started as
+    `triton_python_backend_stub <repo>/<model>/<version>/model.py <shm region> … <instance name> …`."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        argv = []
+    args = [a.decode(errors="replace") for a in argv if a]
+    if args and Path(args[0]).name == STUB and len(args) > 1:
+        model = Path(args[1]).parent.parent.name
+        instance = next((a for a in args[2:] if a.startswith(model + "_")), f"pid{pid}")
+        return "model", model, instance
+    if name == "tritonserver" or (args and Path(args[0]).name == "tritonserver"):
+        return "tritonserver", "", "tritonserver"
+    return "other", "", name
+
+
+def process_tree_memory(root: int | None = None) -> list[ProcessMemory]:
+    """Resident memory of `root` (default: this process) and every descendant, read from /proc.
+
+    Why /proc and not Triton: `sr-gateway serve` starts tritonserver as its child and every model instance is a
+    grandchild, so the gateway can read their memory directly, at scrape time, without a metrics port or code in the
+    models' hot path. Where Triton runs elsewhere (--triton-url, another container) there are no descendants and
+    the gauge is absent; the container's own memory metrics cover that case (docs/design.md, engines)."""
+    root = os.getpid() if root is None else root
+    parents: dict[int, tuple[str, int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (found := _stat(entry)) is not None:
+            parents[int(entry)] = found
+    tree, frontier = {root}, [root]
+    children: dict[int, list[int]] = {}
+    for pid, (_, parent) in parents.items():
+        children.setdefault(parent, []).append(pid)
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            if child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    out = []
+    for pid in sorted(tree):
+        name = parents.get(pid, ("", 0))[0]
+        role, model, instance = ("gateway", "", name) if pid == root else _describe(pid, name)
+        out.append(ProcessMemory(pid, role, model, instance, _rss(pid)))
+    return out
+
+
+class ProcessMemoryCollector(Collector):
+    """`sr_gateway_model_instance_resident_bytes{model,instance}` and `sr_gateway_tritonserver_resident_bytes`,
+    read at scrape time: per-instance memory is what a pod's limit must hold (issue 23: ragged shapes grew
+    instances by GBs). Where Triton is not this process's child (the k8s pod: its own container), each model
+    instance sets the same instance gauge on Triton's metrics endpoint (sr_backend/triton_model.py), so one
+    dashboard query reads both deployments."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        instances = GaugeMetricFamily(INSTANCE_GAUGE,
+                                      "Resident memory of each Python-backend model instance (a child of Triton)",
+                                      labels=["model", "instance"])
+        triton = GaugeMetricFamily("sr_gateway_tritonserver_resident_bytes",
+                                   "Resident memory of the child tritonserver (without its model instances)")
+        for proc in process_tree_memory():
+            if proc.role == "model":
+                instances.add_metric([proc.model, proc.instance], proc.rss_bytes)
+            elif proc.role == "tritonserver":
+                triton.add_metric([], proc.rss_bytes)
+        yield instances
+        yield triton

@@ -7,6 +7,14 @@ Graphs come in three shapes: pooled (`[B, D]` per row: embeddings, sequence logi
 serves a batch that mixes layers) and per-token (`[B, L, C]`: token-classification logits, sliced back to each
 row's own length).
 This module has no Triton dependency: the in-process benchmark baseline uses exactly the same code path.
+
+Every chunk's shape is bucketed (`Buckets`): its width rounded up to one of a few lengths and its row count to one
+of a few counts, the extra rows copies of a real one and the extra tokens masked. Engines keep per-shape state
+(OpenVINO's compiled kernels, ONNX Runtime's memory patterns, oneDNN's primitives, allocator free lists), and
+ragged batching made a new (rows, width) shape for nearly every execute: memory grew with the number of shapes
+ever seen (issue 23: MiniLM on OpenVINO bf16, two instances 0.57 → 7.87 GB in 5 minutes of varied traffic).
+With buckets an engine sees at most len(rows) × len(lengths) shapes (`engines/shapes.py` `DEFAULT_BUCKETS`, chosen
+by measurement: its comment has the numbers).
 """
 
 from __future__ import annotations
@@ -20,8 +28,9 @@ import onnxruntime as ort
 
 from .engines import Engine
 from .engines.ort_engine import OrtEngine
+from .engines.shapes import DEFAULT_BUCKETS, Buckets, bounded
 
-__all__ = ["BatchStats", "RaggedRunner", "Row", "plan_chunks"]
+__all__ = ["DEFAULT_BUCKETS", "BatchStats", "Buckets", "RaggedRunner", "Row", "bounded", "plan_chunks"]
 
 
 @dataclass(frozen=True)
@@ -40,17 +49,25 @@ class Row:
     layer: int = -1  # multi-layer graphs: index into the layers axis (-1: the last, the default)
 
 
-def plan_chunks(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int]]:
-    """Group row indices, longest first, so rows × longest ≤ max_batch_tokens (a row alone always fits)."""
+def plan_chunks(lengths: Sequence[int], max_batch_tokens: int, buckets: Buckets | None = None) -> list[list[int]]:
+    """Group row indices, longest first, so rows × longest ≤ max_batch_tokens (a row alone always fits); with
+    `buckets`, so the padded shape (bucketed rows × bucketed width) stays within it."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+
+    def most(longest: int) -> int:  # rows a chunk led by a row this long may hold
+        if buckets is None:
+            return max_batch_tokens // longest
+        return buckets.most_rows(max_batch_tokens // buckets.width(longest))
+
     chunks: list[list[int]] = []
     current: list[int] = []
-    width = 0
+    limit = 0
     for i in order:
-        width = width or lengths[i]  # the first row of a chunk is its longest
-        if current and (len(current) + 1) * width > max_batch_tokens:
+        if current and len(current) + 1 > limit:
             chunks.append(current)
-            current, width = [], lengths[i]
+            current = []
+        if not current:  # the first row of a chunk is its longest
+            limit = most(lengths[i])
         current.append(i)
     if current:
         chunks.append(current)
@@ -59,27 +76,35 @@ def plan_chunks(lengths: Sequence[int], max_batch_tokens: int) -> list[list[int]
 
 class RaggedRunner:
     """A graph `(input_ids, attention_mask[, token_type_ids]) -> [B, D] | [B, layers, D] | [B, L, C]` over ragged
-    rows, on any engine (an ONNX Runtime session is taken as the onnxruntime fp32 engine)."""
+    rows, on any engine (an ONNX Runtime session is taken as the onnxruntime fp32 engine). Chunk shapes are
+    bucketed (`buckets`; None: each chunk padded only to its longest row, the unbounded old way)."""
 
-    def __init__(self, engine: Engine | ort.InferenceSession, max_batch_tokens: int = 8192) -> None:
+    def __init__(self, engine: Engine | ort.InferenceSession, max_batch_tokens: int = 8192,
+                 buckets: Buckets | str | None = "default") -> None:
         self.engine: Engine = OrtEngine(engine) if isinstance(engine, ort.InferenceSession) else engine
         self.max_batch_tokens = max_batch_tokens
+        self.buckets = (DEFAULT_BUCKETS if bounded() else None) if isinstance(buckets, str) else buckets
         self.per_token = self.engine.per_token
         self.inputs = self.engine.inputs
 
     def run(self, rows: Sequence[Row | np.ndarray]) -> tuple[list[np.ndarray], BatchStats]:
         items = [r if isinstance(r, Row) else Row(r) for r in rows]
         lengths = [int(r.ids.shape[0]) for r in items]
-        chunks = plan_chunks(lengths, self.max_batch_tokens)
+        chunks = plan_chunks(lengths, self.max_batch_tokens, self.buckets)
         out: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(items)
         padded = 0
         started = time.perf_counter_ns()
         for chunk in chunks:
             width = max(lengths[i] for i in chunk)
-            ids = np.zeros((len(chunk), width), dtype=np.int64)
-            mask = np.zeros((len(chunk), width), dtype=np.int64)
-            types = np.zeros((len(chunk), width), dtype=np.int64)
-            for j, i in enumerate(chunk):
+            count = len(chunk)
+            if self.buckets is not None:
+                width, count = self.buckets.width(width), self.buckets.count(count)
+            ids = np.zeros((count, width), dtype=np.int64)
+            mask = np.zeros((count, width), dtype=np.int64)
+            types = np.zeros((count, width), dtype=np.int64)
+            # padding rows repeat the chunk's last real row: a real input runs in every graph without the empty
+            # attention (all tokens masked) a zero row would be; their answers are dropped
+            for j, i in enumerate(chunk + [chunk[-1]] * (count - len(chunk))):
                 ids[j, : lengths[i]] = items[i].ids
                 mask[j, : lengths[i]] = 1
                 if items[i].type_ids is not None:
@@ -88,7 +113,7 @@ class RaggedRunner:
             if "token_type_ids" in self.inputs:
                 feed["token_type_ids"] = types
             result = self.engine.forward(feed)
-            for j, i in enumerate(chunk):
+            for j, i in enumerate(chunk):  # the padding rows' answers are not read
                 if self.per_token:
                     out[i] = result[j, : lengths[i]]
                 else:  # [B, layers, D]: this row's layer; [B, D]: the graph's one layer

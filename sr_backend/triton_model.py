@@ -47,6 +47,7 @@ class TritonPythonModel:
         self.output = next(o["name"] for o in config["output"] if o["name"] != "TIMING")
         # the layers the graph's pooled output holds, in its order (the card declares them; the build exports them)
         self.layers = declared_layers(Path(args["model_repository"]) / "card.yaml")
+        self.memory = memory_gauge(args)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         started = time.time_ns()
@@ -72,6 +73,8 @@ class TritonPythonModel:
                 error = pb_utils.TritonError(f"forward failed: {exc}")
                 return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
             timing = np.array([[started, stats.forward_ns, stats.rows, stats.tokens]], dtype=np.int64)
+            if self.memory is not None:
+                self.memory.set(resident_bytes())
         answers = iter(outputs)
         carried = iter(counts)
         responses = []
@@ -123,6 +126,40 @@ class TritonPythonModel:
         return self.layers.index(layer)
 
 
+# The same name and labels as the gateway's own gauge (gateway/metrics.py), which reads /proc where Triton is its
+# child; this one is for a Triton the gateway cannot see (the k8s pod: its own container, metrics on port 8002).
+INSTANCE_GAUGE = "sr_gateway_model_instance_resident_bytes"
+_FAMILIES: list[Any] = []
+
+
+def memory_gauge(args: dict[str, str]) -> Any | None:
+    """This instance's resident-memory gauge on Triton's metrics endpoint; None where Triton's metrics are off
+    (`sr-gateway serve` by default: the gateway reports it then) or this Triton has no custom metrics."""
+    family = getattr(pb_utils, "MetricFamily", None)
+    if family is None:
+        return None
+    try:
+        gauge = family(name=INSTANCE_GAUGE, description="Resident memory of each Python-backend model instance",
+                       kind=family.GAUGE)
+        metric = gauge.Metric(labels={"model": args.get("model_name", ""),
+                                      "instance": args.get("model_instance_name", "")})
+        metric.set(resident_bytes())
+        _FAMILIES.append(gauge)  # a family dropped by the garbage collector would leave Triton's registry
+    except Exception as exc:  # metrics disabled: the gateway's /proc reading covers it
+        print(f"sr_backend: no memory gauge on Triton's metrics ({exc})", file=sys.stderr, flush=True)
+        return None
+    return metric
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_bytes() -> int:
+    """This process's RSS (/proc/self/statm: one short read, cheap enough after every execute)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
 def stacked(answers: list[np.ndarray]) -> np.ndarray:
     """One request's answers as its output tensor: [N, D] pooled, [N, W, C] per token (zero past a row's length)."""
     if answers[0].ndim == 1 or len(answers) == 1:
@@ -140,7 +177,7 @@ def declared_layers(card: Path) -> list[int]:
 
     if not card.is_file():
         return []
-    embedding = (yaml.safe_load(card.read_text()) or {}).get("embedding") or {}
+    embedding = (yaml.safe_load(card.read_text(encoding="utf-8")) or {}).get("embedding") or {}
     return [int(k) for k in embedding.get("layers") or []]
 
 

@@ -366,3 +366,66 @@ def test_the_openapi_contract_names_every_engine_and_precision_the_tuner_can_ser
     args = yaml.safe_load(OPENAPI_PATH.read_bytes())["components"]["schemas"]["ModelCard"]["properties"]["engine_args"]
     assert set(ENGINES) <= set(args["properties"]["engine"]["enum"])
     assert set(PRECISIONS) <= set(args["properties"]["precision"]["enum"])
+
+
+# -- bounded memory (issue 23): bucketed shapes, capped per-shape caches ----------------------------------------------
+class _ShapeLog:
+    """An engine that records every input shape it is given and answers zeros of the pooled shape (what the runner
+    sends is under test here, not the graph)."""
+
+    per_token = False
+    inputs = frozenset({"input_ids", "attention_mask"})
+
+    def __init__(self) -> None:
+        self.shapes: set[tuple[int, ...]] = set()
+
+    def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        self.shapes.add(tuple(feed["input_ids"].shape))
+        return np.zeros((feed["input_ids"].shape[0], 384), dtype=np.float32)
+
+
+def _ragged_batches(count: int, seed: int = 5, most_rows: int = 32) -> list[list[np.ndarray]]:
+    """`count` batches of 1..most_rows rows of 3..121 tokens, as Triton's ragged batching hands them over (ids
+    within every test model's vocabulary)."""
+    rng = np.random.default_rng(seed)
+    return [[np.array([101, *rng.integers(2000, 19000, int(rng.integers(1, 120))), 102], dtype=np.int64)
+             for _ in range(int(rng.integers(1, most_rows + 1)))] for _ in range(count)]
+
+
+def test_ragged_traffic_reaches_an_engine_as_a_few_bucketed_shapes_not_one_per_batch() -> None:
+    from sr_backend.ragged import DEFAULT_BUCKETS
+
+    bucketed, unbucketed = _ShapeLog(), _ShapeLog()
+    for rows in _ragged_batches(300):
+        RaggedRunner(bucketed, max_batch_tokens=1024).run(rows)
+        RaggedRunner(unbucketed, max_batch_tokens=1024, buckets=None).run(rows)
+    assert len(unbucketed.shapes) > 200  # nearly a new shape per batch: what grew every engine's caches
+    assert all(r in DEFAULT_BUCKETS.rows and w in DEFAULT_BUCKETS.lengths for r, w in bucketed.shapes)
+    assert all(r * w <= 1024 for r, w in bucketed.shapes)  # padding never breaks the token budget
+    assert len(bucketed.shapes) <= 120, sorted(bucketed.shapes)
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "openvino", "torch"])
+def test_bucketed_padding_leaves_fp32_embeddings_and_token_logits_as_they_were(engine: str) -> None:
+    """Padding rows repeat a real row and padding tokens are masked, so every answer equals the unbucketed one."""
+    for model in (MODEL, "pii-rampart"):
+        onnx = discover(REPO, [model])[0].version_dir / "model.onnx"
+        if engine == "torch" and not onnx.with_suffix(".pt2").is_file():
+            continue
+        runner = load_engine(engine, "fp32", onnx, 1)
+        for rows in _ragged_batches(2, seed=11, most_rows=7):
+            plain, _ = RaggedRunner(runner, buckets=None).run(rows)
+            padded, stats = RaggedRunner(runner).run(rows)
+            assert stats.padded_tokens > stats.tokens
+            for a, b in zip(plain, padded, strict=True):
+                assert a.shape == b.shape and float(np.max(np.abs(a - b))) < 1e-5, (model, engine)
+
+
+def test_openvino_caps_its_per_shape_kernel_cache_unless_told_to_run_unbounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    onnx = _card().version_dir / "model.onnx"
+    engine = load_engine("openvino", "fp32", onnx, 1)
+    assert engine.config["CPU_RUNTIME_CACHE_CAPACITY"] == 8  # type: ignore[attr-defined]
+    monkeypatch.setenv("SR_BACKEND_UNBOUNDED", "1")
+    old = load_engine("openvino", "fp32", onnx, 1)
+    assert "CPU_RUNTIME_CACHE_CAPACITY" not in old.config  # type: ignore[attr-defined]  # the plugin's 5,000

@@ -1,0 +1,379 @@
+"""Memory under a long, varied load (issue 23), served and in-process.
+
+    python -m tools.soak serve --minutes 20 [--callers 16] [--out .cache/soak]   # a served stack, every surface
+    python -m tools.soak shapes --engine openvino --precision bf16 --seconds 60 [--unbounded]   # one engine
+    python -m tools.soak ab --engine openvino --precision bf16 --seconds 120    # bucketed vs not, interleaved
+
+`serve` starts its own `sr-gateway serve` on a free loopback port (Triton is its child), sends a closed-loop mix of
+embeddings, classify, rerank and decisions requests (texts of 3–120 words, 1–16 inputs, 2–20 documents) from
+`--callers` callers until the time is up, and samples the resident memory of the gateway, tritonserver and every
+model instance (`triton_python_backend_stub`) every `--sample-s` seconds: only the process tree it started. It
+writes soak.json (samples, growth per minute after warm-up, requests, errors, latency percentiles) and soak.png.
+`shapes` runs one engine in-process on random ragged batches (every batch a new shape, as Triton's ragged batching
+gives) and prints its RSS timeline; `--unbounded` sets SR_BACKEND_UNBOUNDED=1 (no buckets, no cache caps: the old
+settings). `ab` runs one engine with and without buckets, alternating batch by batch, and prints the throughput
+ratio (one run, so a shared machine's noise hits both sides alike).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+EMBEDDER, TAGGER, DECIDER = "all-minilm-l6-v2", "pii-rampart", "decision-zeroshot"
+SURFACES = ("embeddings", "classify", "rerank", "decisions")
+MODELS = f"{EMBEDDER},{TAGGER},{DECIDER}"
+_PROSE = ("the order was charged twice and my parcel never arrived please refund the second payment to my card "
+          "write a python function that merges two sorted lists explain its running time and the memory it needs "
+          "our offices close on public holidays refunds are accepted within thirty days of purchase contact "
+          "jane.doe@example.com or call the support line on weekdays between nine and five the derivative of x "
+          "squared is two x a good recipe for banana bread needs ripe bananas flour butter sugar eggs and an oven "
+          "why is the sky blue rayleigh scattering of sunlight by molecules in the atmosphere")
+WORDS = _PROSE.split()
+
+
+# -- the load ----------------------------------------------------------------------------------------------------------
+def text(rng: random.Random, low: int = 3, high: int = 120) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
+
+
+def body(surface: str, rng: random.Random) -> tuple[str, dict[str, Any]]:
+    """One request of `surface` with varied lengths and row counts (every call a likely new ragged shape)."""
+    if surface == "embeddings":
+        return "/v1/embeddings", {"model": EMBEDDER, "input": [text(rng) for _ in range(rng.randint(1, 16))]}
+    if surface == "classify":
+        return "/v1/classify", {"model": TAGGER, "input": [text(rng) for _ in range(rng.randint(1, 4))]}
+    if surface == "rerank":
+        return "/v1/rerank", {"model": EMBEDDER, "query": text(rng, 3, 20),
+                              "documents": [text(rng) for _ in range(rng.randint(2, 20))]}
+    return "/v1/decisions", {"model": DECIDER, "state": text(rng), "questions": {
+        "relevant": {"type": "noul", "instructions": "Does the text ask for a refund?"},
+        "kind": {"type": "choice", "instructions": "What is this text about?",
+                 "choices": [{"key": "billing"}, {"key": "code"}, {"key": "other"}]}}}
+
+
+@dataclass
+class Load:
+    latencies_ms: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SURFACES})
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SURFACES, 0))
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for s in SURFACES:
+            lat = np.array(self.latencies_ms[s] or [0.0])
+            out[s] = {"requests": len(self.latencies_ms[s]), "errors": self.errors[s],
+                      **{f"p{q}_ms": round(float(np.percentile(lat, q)), 1) for q in (50, 90, 99)}}
+        return out
+
+
+async def load(url: str, surfaces: tuple[str, ...], callers: int, seconds: float, seed: int = 23) -> Load:
+    """Closed loop: `callers` callers, each sends its next request when the previous one answered, until
+    `seconds` have passed (bounded: it stops by itself)."""
+    import aiohttp
+
+    result = Load()
+    deadline = time.monotonic() + seconds
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=callers), timeout=timeout) as session:
+
+        async def caller(k: int) -> None:
+            rng = random.Random(seed * 1000 + k)
+            while time.monotonic() < deadline:
+                surface = rng.choice(surfaces)
+                path, payload = body(surface, rng)
+                started = time.perf_counter()
+                try:
+                    async with session.post(url + path, json=payload) as r:
+                        await r.read()
+                        status = r.status
+                except (TimeoutError, aiohttp.ClientError):
+                    status = 0
+                result.latencies_ms[surface].append((time.perf_counter() - started) * 1000)
+                result.statuses[str(status)] = result.statuses.get(str(status), 0) + 1
+                if status != 200:
+                    result.errors[surface] += 1
+
+        await asyncio.gather(*(caller(k) for k in range(callers)))
+    return result
+
+
+# -- sampling ----------------------------------------------------------------------------------------------------------
+def label(proc: Any) -> str:
+    """A stable name for one process of the served tree across samples."""
+    if proc.role == "model":
+        return f"{proc.instance}"
+    return proc.role if proc.role != "other" else f"{proc.instance}[{proc.pid}]"
+
+
+async def sample(root: int, every: float, until: float, into: list[dict[str, Any]]) -> None:
+    """RSS (MiB) of every process under `root` (gateway, tritonserver, model instances) every `every` seconds."""
+    from gateway.metrics import process_tree_memory
+
+    started = time.monotonic()
+    while True:
+        now = time.monotonic()
+        row: dict[str, Any] = {"t": round(now - started, 1)}
+        for proc in process_tree_memory(root):
+            row[label(proc)] = round(proc.rss_bytes / 2**20, 1)
+        into.append(row)
+        if now >= until:
+            return
+        await asyncio.sleep(min(every, max(0.0, until - time.monotonic())))
+
+
+def growth(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, dict[str, float]]:
+    """Per process: RSS at the end of warm-up and at the end (MiB), the least-squares slope after warm-up (MiB per
+    minute) and the percentage growth per 10 minutes that slope means."""
+    out: dict[str, dict[str, float]] = {}
+    names = sorted({k for row in samples for k in row if k != "t"})
+    for name in names:
+        points = [(row["t"], row[name]) for row in samples if name in row and row["t"] >= warmup_s]
+        if len(points) < 3:
+            continue
+        t, rss = np.array(points).T
+        slope = float(np.polyfit(t / 60.0, rss, 1)[0])
+        out[name] = {"after_warmup_mib": float(rss[0]), "end_mib": float(rss[-1]), "max_mib": float(rss.max()),
+                     "mib_per_min": round(slope, 2), "pct_per_10min": round(100 * slope * 10 / float(rss[0]), 2)}
+    return out
+
+
+def rss_at(samples: list[dict[str, Any]], name: str, t: float) -> float:
+    """The sample of `name` nearest to `t` seconds (MiB)."""
+    row = min((r for r in samples if name in r), key=lambda r: abs(r["t"] - t))
+    return float(row[name])
+
+
+def plot(samples: list[dict[str, Any]], warmup_s: float, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5))
+    names = sorted({k for row in samples for k in row if k != "t"})
+    for name in names:
+        points = [(r["t"] / 60, r[name]) for r in samples if name in r]
+        ax.plot(*zip(*points, strict=True), label=name)
+    ax.axvline(warmup_s / 60, color="grey", linestyle=":", label="end of warm-up")
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("RSS (MiB)")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- a served stack ----------------------------------------------------------------------------------------------------
+class Stack:
+    """`sr-gateway serve` on a free loopback port, Triton as its child, until stopped (a context manager)."""
+
+    def __init__(self, models: str, log: Path, env: dict[str, str] | None = None,
+                 repository: Path | None = None) -> None:
+        from tools.benchlib import free_port
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        args = [str(Path(sys.executable).parent / "sr-gateway"), "serve", "--host", "127.0.0.1", "--port",
+                str(self.port), "--models", models]
+        if repository is not None:
+            args += ["--model-repository", str(repository)]
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                     env={**os.environ, **(env or {})})
+
+    def wait_ready(self, timeout: float = 240) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sr-gateway serve exited with {self.proc.returncode}; see {self.log.name}")
+            try:
+                health = httpx.get(self.url + "/health", timeout=2).json()
+                if health.get("status") == "ready":
+                    return
+                if health.get("status") == "failed":
+                    raise RuntimeError(f"the stack failed to start: {health}")
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"sr-gateway serve not ready after {timeout} s; see {self.log.name}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return int(self.proc.returncode)
+
+    def __enter__(self) -> Stack:
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def soak(stack: Stack, surfaces: tuple[str, ...], callers: int, seconds: float,
+               sample_s: float) -> tuple[Load, list[dict[str, Any]]]:
+    samples: list[dict[str, Any]] = []
+    sampler = asyncio.create_task(sample(stack.proc.pid, sample_s, time.monotonic() + seconds, samples))
+    result = await load(stack.url, surfaces, callers, seconds)
+    await sampler
+    return result, samples
+
+
+def run_serve(args: argparse.Namespace) -> dict[str, Any]:
+    from tools.benchlib import machine
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = {"SR_BACKEND_UNBOUNDED": "1"} if args.unbounded else {}
+    seconds, warmup = args.minutes * 60, args.warmup_minutes * 60
+    with Stack(args.models, out / "gateway.log", env) as stack:
+        started = time.time()
+        result, samples = asyncio.run(soak(stack, tuple(args.surfaces.split(",")), args.callers, seconds,
+                                           args.sample_s))
+    summary = result.summary()
+    report = {"machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+              "minutes": args.minutes, "warmup_minutes": args.warmup_minutes, "callers": args.callers,
+              "models": args.models, "unbounded": args.unbounded,
+              "requests": sum(s["requests"] for s in summary.values()),
+              "errors": sum(s["errors"] for s in summary.values()), "statuses": result.statuses,
+              "throughput_rps": round(sum(s["requests"] for s in summary.values()) / seconds, 1),
+              "surfaces": summary, "growth": growth(samples, warmup), "samples": samples}
+    (out / "soak.json").write_text(json.dumps(report, indent=1))
+    plot(samples, warmup, out / "soak.png", f"RSS under a {args.minutes:g}-minute mixed soak, {args.callers} callers"
+         + (" (unbounded: old settings)" if args.unbounded else ""))
+    return report
+
+
+# -- in-process --------------------------------------------------------------------------------------------------------
+def random_rows(rng: np.random.Generator, low: int = 8, high: int = 128) -> list[Any]:
+    """One ragged batch as Triton hands it to execute(): 1–32 rows of `low`–`high` tokens."""
+    from sr_backend.ragged import Row
+
+    return [Row(np.array([101, *rng.integers(2000, 29000, int(rng.integers(low, high + 1)) - 2), 102],
+                         dtype=np.int64)) for _ in range(int(rng.integers(1, 33)))]
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from sr_backend.engines import load_engine
+
+    onnx = ROOT / "model_repository" / args.model / "1" / "model.onnx"
+    recipe = "nncf" if args.engine == "openvino" and args.precision == "int8" else "dynamic"
+    return load_engine(args.engine, args.precision, onnx, args.threads, recipe=recipe)
+
+
+def run_shapes(args: argparse.Namespace) -> dict[str, Any]:
+    """RSS of this process over `--seconds` of random ragged batches through the RaggedRunner."""
+    if args.unbounded:
+        os.environ["SR_BACKEND_UNBOUNDED"] = "1"
+    from gateway.metrics import process_tree_memory
+    from sr_backend.ragged import RaggedRunner
+
+    def rss() -> float:
+        return round(process_tree_memory()[0].rss_bytes / 2**20, 1)
+
+    runner = RaggedRunner(_engine(args))
+    rng = np.random.default_rng(args.seed)
+    runner.run(random_rows(rng))
+    timeline, batches, started = [(0.0, rss())], 0, time.monotonic()
+    while (elapsed := time.monotonic() - started) < args.seconds:
+        runner.run(random_rows(rng))
+        batches += 1
+        if elapsed >= len(timeline) * args.sample_s:
+            timeline.append((round(elapsed, 1), rss()))
+    timeline.append((round(time.monotonic() - started, 1), rss()))
+    return {"engine": args.engine, "precision": args.precision, "unbounded": args.unbounded,
+            "seconds": args.seconds, "batches": batches, "rss_mib": timeline}
+
+
+def run_ab(args: argparse.Namespace) -> dict[str, Any]:
+    """Bucketed and unbucketed runners over one engine, alternating batch by batch on the same random batches."""
+    from sr_backend.ragged import DEFAULT_BUCKETS, Buckets, RaggedRunner
+
+    engine = _engine(args)
+    coarser = Buckets(lengths=(8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512),
+                      rows=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128))  # steps of 1.5x: fewer shapes
+    sides = {"bucketed": RaggedRunner(engine, buckets=DEFAULT_BUCKETS), "unbucketed": RaggedRunner(engine,
+                                                                                                  buckets=None),
+             "coarser": RaggedRunner(engine, buckets=coarser)}
+    busy = dict.fromkeys(sides, 0.0)
+    rows = dict.fromkeys(sides, 0)
+    rng = np.random.default_rng(args.seed)
+    started = time.monotonic()
+    while time.monotonic() - started < args.seconds:
+        batch = random_rows(rng)
+        order = list(sides)
+        random.Random(int(rng.integers(1 << 30))).shuffle(order)
+        for name in order:
+            t0 = time.perf_counter()
+            sides[name].run(batch)
+            busy[name] += time.perf_counter() - t0
+            rows[name] += len(batch)
+    rate = {k: rows[k] / busy[k] for k in sides}
+    return {"engine": args.engine, "precision": args.precision, "seconds": args.seconds,
+            "rows_per_s": {k: round(v, 1) for k, v in rate.items()},
+            "bucketed_over_unbucketed": round(rate["bucketed"] / rate["unbucketed"], 3),
+            "coarser_over_unbucketed": round(rate["coarser"] / rate["unbucketed"], 3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="a served stack under a mixed varied load")
+    serve.add_argument("--minutes", type=float, default=20.0)
+    serve.add_argument("--warmup-minutes", type=float, default=2.0)
+    serve.add_argument("--callers", type=int, default=16)
+    serve.add_argument("--sample-s", type=float, default=5.0)
+    serve.add_argument("--models", default=MODELS)
+    serve.add_argument("--surfaces", default=",".join(SURFACES))
+    serve.add_argument("--out", default=str(ROOT / ".cache" / "soak"))
+    serve.add_argument("--unbounded", action="store_true", help="SR_BACKEND_UNBOUNDED=1: the old settings")
+    for name in ("shapes", "ab"):
+        sub = commands.add_parser(name, help="in-process: " + ("RSS under random shapes" if name == "shapes" else
+                                                               "throughput with vs without buckets"))
+        sub.add_argument("--engine", default="openvino")
+        sub.add_argument("--precision", default="bf16")
+        sub.add_argument("--model", default=EMBEDDER)
+        sub.add_argument("--threads", type=int, default=1)
+        sub.add_argument("--seconds", type=float, default=60.0)
+        sub.add_argument("--seed", type=int, default=23)
+        sub.add_argument("--sample-s", type=float, default=5.0)
+        sub.add_argument("--unbounded", action="store_true", help="SR_BACKEND_UNBOUNDED=1: the old settings")
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        report = run_serve(args)
+        print(json.dumps({k: v for k, v in report.items() if k != "samples"}, indent=1))
+        print(f"wrote {Path(args.out) / 'soak.json'} and soak.png")
+    else:
+        print(json.dumps(run_shapes(args) if args.command == "shapes" else run_ab(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
