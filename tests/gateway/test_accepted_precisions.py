@@ -65,8 +65,14 @@ def test_each_accepted_precision_earns_readiness_by_every_golden_riders_included
             assert models[rider]["engine_args"]["precision"] == choice["precision"], \
                 (rider, models[rider]["engine_args"])
         for card, choice in pairs.values():
-            if card.embedding is not None and card.embedding.layers and "text" in card.modalities:
+            if _has_pytorch_layers(card):
                 _layers_match_pytorch(url, card, choice)
+
+
+def _has_pytorch_layers(card: Card) -> bool:
+    """A text embedder built from PyTorch weights (the sentence-embedding recipe) with several layers to ask for."""
+    return (card.embedding is not None and len(card.embedding.layers) > 1 and card.build is not None
+            and card.build.get("recipe") == "sentence-embedding")
 
 
 def _layers_match_pytorch(url: str, card: Card, choice: dict[str, str]) -> None:
