@@ -127,9 +127,9 @@ def _nll(p: np.ndarray, want: Any, q: Question) -> tuple[float, bool]:
         return -math.log(max(float(p[index]), eps)), served == index
     if q.type == "noul":
         return -math.log(max(float(p[1] if want else p[0]), eps)), (p[1] >= 0.5) == bool(want)
-    chosen = set(want)
+    chosen = set(want)  # selected as served: every label whose probability reaches the threshold
     loss = -sum(math.log(max(float(v if k in chosen else 1 - v), eps)) for k, v in zip(q.keys, p, strict=True))
-    return loss, {k for k, v in zip(q.keys, p, strict=True) if v > 0.5} == chosen
+    return loss, {k for k, v in zip(q.keys, p, strict=True) if v >= 0.5} == chosen
 
 
 def fit(paths: list[Path]) -> dict[str, Any]:

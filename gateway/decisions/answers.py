@@ -80,7 +80,7 @@ def assemble(q: Question, outcome: Outcome, formulas: dict[str, str], threshold:
     if q.type == "set":
         answers = {f"{q.id}.{k}": {"type": "noul", "noul": _round(v), **coverage}
                    for k, v in zip(q.keys, p, strict=True)}
-        selected = [k for k, v in zip(q.keys, p, strict=True) if v > threshold]
+        selected = [k for k, v in zip(q.keys, p, strict=True) if v >= threshold]  # labels that reach it (spec)
         return answers, {"sets": {"selected": selected, "probabilities": {k: _round(v) for k, v in
                                                                            zip(q.keys, p, strict=True)},
                                   **coverage}}

@@ -173,3 +173,15 @@ def test_a_non_finite_model_output_fails_only_that_input() -> None:
     with pytest.raises(ItemError) as err:
         _vector(np.asarray([np.inf, 0.0], dtype=np.float32), 2, True, "float")
     assert err.value.code == "invalid_model_output"
+
+
+def test_a_set_lists_every_label_that_reaches_its_threshold_not_only_those_above_it() -> None:
+    """Spec: sets lists the labels that reach their threshold (达到其阈值), as classify's heads select ≥ threshold."""
+    from gateway.decisions.answers import Outcome, assemble
+    from gateway.decisions.questions import Option, Question
+
+    q = Question("q", "set", "Which?", options=(Option("a", "A"), Option("b", "B"), Option("c", "C")))
+    _, extras = assemble(q, Outcome(np.array([0.5, 0.75, 0.25])), {}, threshold=0.5)
+    assert extras["sets"]["selected"] == ["a", "b"]  # 0.5 reaches 0.5; 0.25 does not
+    _, extras = assemble(q, Outcome(np.array([0.5, 0.75, 0.25])), {}, threshold=0.75)
+    assert extras["sets"]["selected"] == ["b"]
