@@ -23,10 +23,48 @@ class CatalogError(ValueError):
     """The catalog file is malformed; the message names the entry."""
 
 
+def image_pin_problem(ref: str) -> str | None:
+    """Why an image reference is not pinned (``None`` when it is): an untagged or ``:latest`` image changes
+    under a running deployment on the next pull, so every pod of one deployment could run different code."""
+    if "@" in ref:
+        return None if ref.split("@", 1)[1] else "has an empty digest"
+    last = ref.rsplit("/", 1)[-1]
+    if ":" not in last or not last.split(":", 1)[1]:
+        return "has no tag"
+    if last.split(":", 1)[1] == "latest":
+        return "is tagged :latest"
+    return None
+
+
+def _images(node: Any) -> list[str]:
+    """Every container ``image`` in a parsed Kubernetes document (any nesting, any container list)."""
+    if isinstance(node, dict):
+        found = [node["image"]] if isinstance(node.get("image"), str) else []
+        return found + [img for key, val in node.items() if key != "image" for img in _images(val)]
+    if isinstance(node, list):
+        return [img for item in node for img in _images(item)]
+    return []
+
+
+def _check_images(e: dict[str, Any]) -> None:
+    refs = [e["image"]] if e.get("image") is not None else []
+    if e.get("yaml"):
+        try:
+            docs = list(yaml.safe_load_all(str(e["yaml"])))
+        except yaml.YAMLError as exc:
+            raise CatalogError(f"engine {e['id']}: yaml is not valid YAML ({exc})") from exc
+        refs += _images(docs)
+    for ref in refs:
+        problem = image_pin_problem(str(ref)) if isinstance(ref, str) and ref else "is not a non-empty string"
+        if problem:
+            raise CatalogError(f"engine {e['id']}: image {ref!r} {problem}; pin a version tag or a digest")
+
+
 def _engine_row(e: dict[str, Any]) -> dict[str, Any]:
     for key in ("id", "name", "runtime", "backend", "configName"):
         if not e.get(key):
             raise CatalogError(f"engine {e.get('id', '?')}: missing {key}")
+    _check_images(e)
     return {
         "id": str(e["id"]),
         "name": str(e["name"]),

@@ -42,20 +42,25 @@ def _k8s_resources(res: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"requests": dict(values), "limits": dict(values)} if values else None
 
 
-def _container_overrides(spec: dict[str, Any]) -> dict[str, Any]:
+def _container_overrides(spec: dict[str, Any], engine: dict[str, Any]) -> dict[str, Any]:
+    """The container fields of the workload: the engine's catalog entry, overridden field by field by the
+    deployment's own values (env by variable name, resources by key), so a catalog's pinned image and its
+    resources reach the pods and not only the catalog table."""
     out: dict[str, Any] = {}
-    if spec.get("image"):
-        out["image"] = spec["image"]
-    if spec.get("command"):
-        out["command"] = list(spec["command"])
-    if spec.get("args"):
-        out["args"] = list(spec["args"])
-    env = [dict(e) for e in spec.get("env") or []]
-    if spec.get("modelName") and not any(e["name"] == "SERVED_MODEL_NAME" for e in env):
-        env.append({"name": "SERVED_MODEL_NAME", "value": spec["modelName"]})
-    if env:
-        out["env"] = env
-    if res := _k8s_resources(spec.get("resources")):
+    if image := spec.get("image") or engine.get("image"):
+        out["image"] = str(image)
+    for key in ("command", "args"):
+        if value := spec.get(key) or engine.get(key):
+            out[key] = [str(x) for x in value]
+    env_by_name: dict[str, dict[str, Any]] = {}
+    for e in [*(engine.get("env") or []), *(spec.get("env") or [])]:
+        env_by_name[str(e["name"])] = dict(e)
+    if spec.get("modelName") and "SERVED_MODEL_NAME" not in env_by_name:
+        env_by_name["SERVED_MODEL_NAME"] = {"name": "SERVED_MODEL_NAME", "value": spec["modelName"]}
+    if env_by_name:
+        out["env"] = list(env_by_name.values())
+    merged = {**(engine.get("resources") or {}), **{k: v for k, v in (spec.get("resources") or {}).items() if v}}
+    if res := _k8s_resources(merged):
         out["resources"] = res
     return out
 
@@ -63,7 +68,7 @@ def _container_overrides(spec: dict[str, Any]) -> dict[str, Any]:
 def build_spec(backend_type: str, spec: dict[str, Any], engine: dict[str, Any]) -> dict[str, Any]:
     """The KServe ``spec`` for a deployment snapshot and its engine row."""
     replicas = int(spec.get("replicas") or 1)
-    overrides = _container_overrides(spec)
+    overrides = _container_overrides(spec, engine)
     if backend_type == "InferenceService":
         model: dict[str, Any] = {
             "modelFormat": {"name": engine.get("model_format") or engine["runtime"]},

@@ -135,6 +135,41 @@ async def _private_catalog(db: str, project: Project) -> None:
     await engine.dispose()
 
 
+async def test_the_engines_image_command_args_env_and_resources_from_the_catalog_reach_the_workload(
+    api: Api, project: Project, cluster: Cluster, catalog_db: str
+) -> None:
+    p = project.id
+    container = {"image": "registry.example.com/engine:2.1", "command": ["serve"], "args": ["--port", "8080"],
+                 "env": [{"name": "MODE", "value": "engine"}, {"name": "KEEP", "value": "1"}],
+                 "resources": {"cpu": "2", "memory": "3Gi"}}
+    engine = make_engine(catalog_db)
+    await import_catalog(engine, {"engines": [
+        {"id": f"ti-{p}", "name": "engine with a container", "runtime": "triton", "backend": "InferenceService",
+         "configName": "sr-gateway-triton", "modelFormat": "onnx", **container},
+        {"id": f"tl-{p}", "name": "vLLM with a container", "runtime": "vllm", "backend": "LLMInferenceService",
+         "configName": "vllm-config", **container}]})
+    await engine.dispose()
+    two = {"cpu": "2", "memory": "3Gi"}
+    await api.create(project.member, **triton("from-engine", engineId=f"ti-{p}"))
+    obj = await cluster.get("InferenceService", project.ns, "from-engine")
+    assert obj is not None
+    model = obj["spec"]["predictor"]["model"]
+    assert (model["image"], model["command"], model["args"]) == ("registry.example.com/engine:2.1", ["serve"],
+                                                                 ["--port", "8080"])
+    assert model["env"] == container["env"]
+    assert model["resources"] == {"requests": two, "limits": two}
+    # the deployment's own values win field by field: env by name, resources by key
+    await api.create(project.member, **vllm("overridden", engineId=f"tl-{p}", image="vllm:9",
+                                            env=[{"name": "MODE", "value": "mine"}], resources={"cpu": "1"}))
+    llm = await cluster.get("LLMInferenceService", project.ns, "overridden")
+    assert llm is not None
+    main = llm["spec"]["template"]["containers"][0]
+    assert (main["image"], main["command"], main["args"]) == ("vllm:9", ["serve"], ["--port", "8080"])
+    assert main["env"] == [{"name": "MODE", "value": "mine"}, {"name": "KEEP", "value": "1"}]
+    mixed = {"cpu": "1", "memory": "3Gi"}
+    assert main["resources"] == {"requests": mixed, "limits": mixed}
+
+
 async def test_create_accepts_resources_that_are_all_private_to_the_project(
     api: Api, project: Project, catalog_db: str
 ) -> None:

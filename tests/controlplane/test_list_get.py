@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from tests.controlplane.conftest import Api, Cluster, Project, triton, vllm
+import pytest
+from jsonschema import Draft202012Validator
+
+from tests.controlplane.conftest import OPENAPI, Api, Cluster, Project, triton, vllm
 
 pytestmark = pytest.mark.asyncio
 
@@ -159,3 +162,33 @@ async def test_a_page_far_past_the_end_is_empty_not_a_database_error(api: Api, p
     _, body = await api.call("GET", "/deployments?page=413152580614342974636032&page_size=5", project.member,
                              expect=200)
     assert (body["items"], body["total"], body["page"]) == ([], 1, 413152580614342974636032)
+
+
+def _schema(schema: dict[str, Any]) -> Draft202012Validator:
+    return Draft202012Validator({**schema, "components": OPENAPI["components"]})
+
+
+async def test_the_schema_rejects_a_null_page_size_that_the_server_treats_as_absent(
+    api: Api, project: Project
+) -> None:
+    param = next(p for p in OPENAPI["paths"]["/deployments"]["get"]["parameters"] if p["name"] == "page_size")
+    assert not _schema(param["schema"]).is_valid(None) and not _schema(param["schema"]).is_valid(-1)
+    assert "capped at 200" in param["description"]
+    for _ in range(2):
+        await api.create(project.member, **vllm())
+    _, body = await api.call("GET", "/deployments?page_size=null", project.member, expect=200)
+    assert (body["page_size"], len(body["items"])) == (0, 2)
+
+
+async def test_an_empty_engine_id_is_refused_by_the_schema_and_by_the_server(api: Api, project: Project) -> None:
+    schemas = OPENAPI["components"]["schemas"]
+    for name in ("DeploymentCreate", "DeploymentUpdate"):
+        errors = list(_schema({"$ref": f"#/components/schemas/{name}"}).iter_errors({"name": "x", "engineId": ""}))
+        assert [e.path[-1] for e in errors] == ["engineId"], (name, errors)
+    assert schemas["DeploymentCreate"]["properties"]["engineId"]["minLength"] == 1
+    _, err = await api.call("POST", "/deployments", project.member, json=vllm(engineId=""), expect=400)
+    assert "engineId" in err["message"]
+    d = await api.create(project.member, **vllm())
+    _, err = await api.call("PATCH", "/deployments/{id}", project.member, expect=400, id=d["id"],
+                            json={"engineId": ""})
+    assert "engineId" in err["message"]

@@ -54,8 +54,10 @@ async def test_runtime_changes_update_the_workload_and_make_the_status_pending(
     obj = await cluster.get("LLMInferenceService", project.ns, "tune")
     assert obj is not None
     assert obj["spec"]["replicas"] == 3 and obj["spec"]["model"]["name"] == "qwen-v2"
+    gpu = {"nvidia.com/gpu": "1"}  # the engine's resources stay when the deployment's overrides are cleared
     assert obj["spec"]["template"]["containers"][0] == {
-        "name": "main", "env": [{"name": "SERVED_MODEL_NAME", "value": "qwen-v2"}]}
+        "name": "main", "env": [{"name": "SERVED_MODEL_NAME", "value": "qwen-v2"}],
+        "resources": {"requests": gpu, "limits": gpu}}
     assert obj["spec"]["kvCacheOffloading"]["cpu"] == "2Gi"
     _, body = await api.call("PATCH", PATH, project.member, expect=200, id=d["id"],
                              json={"lora": None, "kvCacheOffloading": None, "modelName": ""})
