@@ -13,6 +13,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from .supervisor import STUB  # the Python backend runs each model instance as its own process of this name
 from .timing import PHASES, Timing
 
 _LATENCY = tuple(0.001 * 2**i for i in range(13))  # 1 ms … 4.1 s
@@ -91,7 +92,6 @@ class Metrics:
 
 # -- memory of the served process tree --------------------------------------------------------------------------------
 INSTANCE_GAUGE = "sr_gateway_model_instance_resident_bytes"  # the same name as the instances' own (triton_model.py)
-STUB = "triton_python_backend_stub"  # the Python backend runs each model instance as its own process of this name
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 

@@ -34,9 +34,9 @@ def _rounds() -> list[dict[str, tuple[Card, dict[str, str]]]]:
     serves each model at its k-th other pair, so one gateway start covers a pair of every model."""
     if not REPO.is_dir():
         return []
-    others = {card.directory.name: [c for c in accepted_choices(card) if not same_path(c, served(card))]
-              for card in discover(REPO, None) if tunable(card)}
     cards = {card.directory.name: card for card in discover(REPO, None)}
+    others = {name: [c for c in accepted_choices(card) if not same_path(c, served(card))]
+              for name, card in cards.items() if tunable(card)}
     depth = max((len(pairs) for pairs in others.values()), default=0)
     return [{model: (cards[model], pairs[k]) for model, pairs in others.items() if k < len(pairs)}
             for k in range(depth)]
