@@ -4,9 +4,11 @@ For every card whose `decisions.family` is `presets`, this reads the labelled pr
 (`tools/decisions_eval/presets/<preset>.jsonl`, the `train` lines only), embeds each text with the card's encoder in
 process (the ONNX file and tokenizer Triton serves, through sr_backend's own ragged runner: the served embeddings),
 builds the same features the gateway builds (gateway/decisions/families/presets.py) and fits one softmax regression
-per preset. Its L2 penalty is chosen by 5-fold cross-validation on the train lines (folds grouped by the first part,
-scored by the served rule: noul p ≥ 0.5, choice arg-max, score the rounded expected level). Deterministic: fixed
-folds, a fixed grid, L-BFGS from zeros.
+per preset. Its L2 penalty, and for presets whose features end in cheap signals (pii, relevance, grounded) the
+weight of those signals against the embedding, are chosen by 5-fold cross-validation on the train lines (folds
+grouped by the first part, scored by the served rule: noul p ≥ 0.5, choice arg-max, score the rounded expected
+level). A signal weight k multiplies the standardised signal columns (stored as their scale ÷ k), which is the same
+as penalising their weights k² times less. Deterministic: fixed folds, a fixed grid, L-BFGS from zeros.
 
 The artefact (`<card dir>/1/preset-heads.json`, gitignored) is cached by a key over the data files, the encoder's
 model.onnx and tokenizer, the card's preset definitions, lingua's version and this module's revision: rebuilt when
@@ -27,11 +29,13 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-REVISION = 2
+REVISION = 3  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
+#    signal weights, penalties up to 10, CV accuracy per language in the report
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tools" / "decisions_eval" / "presets"
 FOLDS = 5
-PENALTIES = (1e-4, 1e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)  # α in mean cross-entropy + α·‖W‖²
+PENALTIES = (1e-4, 1e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0, 3.0, 10.0)  # α in mean cross-entropy + α·‖W‖²
+SIGNAL_WEIGHTS = (1.0, 3.0, 10.0)  # k for the trailing signal columns (only where a kind has them)
 GOLDEN_LANGS = ("en", "zh")
 
 
@@ -71,8 +75,11 @@ def right(qtype: str, p: np.ndarray, want: int) -> bool:
 # --------------------------------------------------------------------------------------------- the fit
 
 
-def fit_softmax(x: np.ndarray, y: np.ndarray, classes: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Multinomial logistic regression, mean cross-entropy + α‖W‖² (bias unpenalised), L-BFGS from zeros."""
+def fit_softmax(x: np.ndarray, y: np.ndarray, classes: int, alpha: float,
+                start: tuple[np.ndarray, np.ndarray] | None = None,
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Multinomial logistic regression, mean cross-entropy + α‖W‖² (bias unpenalised), L-BFGS from zeros (or from
+    `start`, a neighbouring penalty's solution: the loss is convex, so only the time to reach its minimum changes)."""
     n, d = x.shape
     onehot = np.eye(classes)[y]
 
@@ -86,7 +93,8 @@ def fit_softmax(x: np.ndarray, y: np.ndarray, classes: int, alpha: float) -> tup
         g = (p - onehot) / n
         return value, np.concatenate([(x.T @ g + 2 * alpha * w).ravel(), g.sum(axis=0)])
 
-    result = minimize(loss, np.zeros(d * classes + classes), jac=True, method="L-BFGS-B",
+    x0 = np.zeros(d * classes + classes) if start is None else np.concatenate([start[0].ravel(), start[1]])
+    result = minimize(loss, x0, jac=True, method="L-BFGS-B",
                       options={"maxiter": 500})
     theta = result.x
     return theta[: d * classes].reshape(d, classes), theta[d * classes:]
@@ -107,31 +115,64 @@ def folds(groups: list[str], k: int = FOLDS) -> np.ndarray:
     return np.asarray([index[g] for g in groups])
 
 
+def weighted_scale(scale: np.ndarray, signals: int, weight: float) -> np.ndarray:
+    """The stored scale with the last `signals` columns divided by `weight` (so they count `weight` times more)."""
+    out = scale.copy()
+    if signals and weight != 1.0:
+        out[-signals:] = out[-signals:] / weight
+    return out
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What cross-validation chose for one head, and what it measured (train lines only)."""
+
+    alpha: float
+    weight: float
+    accuracy: float
+    by_setting: dict[str, float]
+    by_lang: dict[str, float]
+
+
 def cross_validate(x: np.ndarray, y: np.ndarray, classes: int, qtype: str, groups: list[str],
-                   ) -> tuple[float, dict[str, float]]:
-    """The penalty with the best mean fold accuracy (served rule), ties to the lower held-out-fold log-loss."""
+                   signals: int = 0, langs: list[str] | None = None) -> Choice:
+    """The (signal weight, penalty) with the best mean fold accuracy (served rule), ties to the lower held-out-fold
+    log-loss, then to the earlier setting in grid order. Within a fold the penalties run from the largest down, each
+    fit starting at the previous one's solution."""
     fold = folds(groups)
-    scores: dict[str, float] = {}
-    best: tuple[float, float, float] | None = None
-    for alpha in PENALTIES:
-        hits, nll = 0, 0.0
+    weights = SIGNAL_WEIGHTS if signals else (1.0,)
+    hits = {(k, a): np.zeros(len(y), dtype=bool) for k in weights for a in PENALTIES}
+    nll = dict.fromkeys(hits, 0.0)
+    for weight in weights:
         for f in range(FOLDS):
             tr, te = fold != f, fold == f
             if not te.any() or len(np.unique(y[tr])) < 2:
                 continue
             mean, scale = standardise(x[tr])
-            w, b = fit_softmax((x[tr] - mean) / scale, y[tr], classes, alpha)
-            z = ((x[te] - mean) / scale) @ w + b
-            z -= z.max(axis=1, keepdims=True)
-            p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
-            hits += sum(right(qtype, row, int(t)) for row, t in zip(p, y[te], strict=True))
-            nll -= float(np.log(np.maximum(p[np.arange(int(te.sum())), y[te]], 1e-12)).sum())
-        accuracy = hits / len(y)
-        scores[f"{alpha:g}"] = round(accuracy, 4)
-        if best is None or (accuracy, -nll) > (best[1], -best[2]):
-            best = (alpha, accuracy, nll)
+            scale = weighted_scale(scale, signals, weight)
+            xtr, xte = (x[tr] - mean) / scale, (x[te] - mean) / scale
+            start: tuple[np.ndarray, np.ndarray] | None = None
+            for alpha in sorted(PENALTIES, reverse=True):
+                start = fit_softmax(xtr, y[tr], classes, alpha, start)
+                z = xte @ start[0] + start[1]
+                z -= z.max(axis=1, keepdims=True)
+                p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+                hits[weight, alpha][te] = [right(qtype, row, int(t)) for row, t in zip(p, y[te], strict=True)]
+                nll[weight, alpha] -= float(np.log(np.maximum(p[np.arange(int(te.sum())), y[te]], 1e-12)).sum())
+    scores: dict[str, float] = {}
+    best: tuple[float, float] | None = None
+    for weight, alpha in hits:
+        accuracy = float(hits[weight, alpha].mean())
+        scores[f"k={weight:g} a={alpha:g}" if signals else f"{alpha:g}"] = round(accuracy, 4)
+        if best is None or (accuracy, -nll[weight, alpha]) > (float(hits[best].mean()), -nll[best]):
+            best = (weight, alpha)
     assert best is not None
-    return best[0], scores
+    weight, alpha = best
+    accuracy = float(hits[best].mean())
+    chosen = hits[best]
+    tags = langs or []
+    by_lang = {lang: round(float(chosen[[g == lang for g in tags]].mean()), 4) for lang in sorted(set(tags))}
+    return Choice(alpha, weight, round(accuracy, 4), scores, by_lang)
 
 
 # --------------------------------------------------------------------------------------------- the encoder
@@ -195,7 +236,7 @@ def cache_key(card: Any, data: Path) -> dict[str, Any]:
 
 def fit_heads(card: Any, data: Path, embed: Any) -> dict[str, Any]:
     """Every listed (non-span) preset's head from its train lines; the artefact as a JSON-able dict."""
-    from gateway.decisions.families.presets import Head, Presets, features, kind_of
+    from gateway.decisions.families.presets import Head, Presets, features, kind_of, signal_count
 
     spec = card.decisions
     heads: dict[str, Any] = {}
@@ -220,13 +261,17 @@ def fit_heads(card: Any, data: Path, embed: Any) -> dict[str, Any]:
         rows = np.stack([features(kind, row, [] if kind == "language" else embed(row)) for row in texts])
         y = np.asarray([keys.index(str(line["expected"]).lower() if qtype == "noul" else str(line["expected"]))
                         for line in lines])
-        alpha, cv = cross_validate(rows, y, len(keys), qtype, [row[0] for row in texts])
+        signals = signal_count(kind)
+        choice = cross_validate(rows, y, len(keys), qtype, [row[0] for row in texts], signals,
+                                [str(line.get("lang")) for line in lines])
         mean, scale = standardise(rows)
-        w, b = fit_softmax((rows - mean) / scale, y, len(keys), alpha)
+        scale = weighted_scale(scale, signals, choice.weight)
+        w, b = fit_softmax((rows - mean) / scale, y, len(keys), choice.alpha)
         head = Head(name, qtype, kind, parts, keys, mean, scale, w, b)
         heads[name] = head.to_json()
-        report[name] = {"train_lines": len(lines), "features": int(rows.shape[1]), "penalty": alpha,
-                        "cv_accuracy": cv[f"{alpha:g}"], "cv_by_penalty": cv}
+        report[name] = {"train_lines": len(lines), "features": int(rows.shape[1]), "signals": signals,
+                        "penalty": choice.alpha, "signal_weight": choice.weight, "cv_accuracy": choice.accuracy,
+                        "cv_by_lang": choice.by_lang, "cv_by_setting": choice.by_setting}
         for lang in GOLDEN_LANGS:  # the first train line of each language: the served encoder must reproduce it
             first = next((t for t, line in zip(texts, lines, strict=True) if line.get("lang") == lang), None)
             if first is not None:

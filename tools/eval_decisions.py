@@ -1,12 +1,15 @@
 """Accuracy of the served decisions families on the labelled sets, by the served rule, beside trivial baselines.
 
     python -m tools.eval_decisions --all [--url http://127.0.0.1:8080] [--split heldout] [--markdown FILE]
+    python -m tools.eval_decisions --all --split heldout2     (held-out v2: the trained presets' fresh lines only)
     python -m tools.eval_decisions --url URL --model decision-zeroshot [--split heldout]      (one model, items only)
 
 Sets (`tools/decisions_eval/`): `items.jsonl` (English ad-hoc items), `items_zh.jsonl` (bilingual ad-hoc items),
 `spans_zh.jsonl` (Chinese span items) — all in the item format — and `presets/<preset>.jsonl` (the trained presets'
-data; only `heldout` lines are scored, `train` lines give the majority baseline). Without `--url`, `--all` starts
-`sr-gateway serve` for the models it needs and stops it afterwards.
+data; the `heldout2` lines are scored — held-out v2, written after the v1 `heldout` lines were seen and moved to
+`train` — and `train` lines give the majority baseline). Without `--url`, `--all` starts `sr-gateway serve` for the
+models it needs (the two decisions models and pii-rampart, which decision-zeroshot reads through) and stops it
+afterwards.
 
 Families side by side (FAMILIES): MiniLM zero-shot (`decision-zeroshot`, the preset's definition asked as an ad-hoc
 question), multilingual zero-shot (`decision-multilingual`, the same ad-hoc question) and trained presets
@@ -56,6 +59,7 @@ BATCH = 16
 QUESTION_ID = "q"
 TYPES = ("choice", "noul", "score", "set", "span")
 SPLITS = ("fit", "heldout")
+PRESET_SPLITS = ("heldout2",)  # splits only the preset files have (held-out v2)
 REQUIRED = {"id", "split", "state", "question", "expected"}
 OPTIONAL = {"lang", "question_id", "source", "why", "hard"}
 FIT_SHARE = 0.4
@@ -509,10 +513,10 @@ def run_all(url: str, split: str) -> tuple[str, list[Row]]:
     served = {m["id"]: m for m in httpx.get(url + "/v1/models", timeout=30).json()["data"]}
     answers = {m: set((served[m].get("decisions") or {}).get("question_types") or []) for _, m, _ in FAMILIES}
     answered: dict[str, dict[str, Entry]] = {}
-    for name, model, mode in FAMILIES:
+    for name, model, mode in FAMILIES if chosen else ():  # a preset-only split has no ad-hoc items
         if mode == "adhoc":  # a type the model does not answer is left out of its column (shown as —)
             answered[name] = collect(url, model, [i for i in chosen if question_type(i) in answers[model]])
-    for kind in TYPES:
+    for kind in TYPES if chosen else ():
         of_type = [i for i in chosen if question_type(i) == kind]
         for lang in _langs(of_type):
             group = [i for i in of_type if lang == "all" or i.get("lang", "en") == lang]
@@ -585,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="a served gateway's base URL (default with --all: start one)")
     parser.add_argument("--all", action="store_true", help="every set, every family, by type and language")
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--split", choices=[*SPLITS, "all"], default="heldout")
+    parser.add_argument("--split", choices=[*SPLITS, *PRESET_SPLITS, "all"], default="heldout")
     parser.add_argument("--items", type=Path, default=ITEMS)
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     parser.add_argument("--note", default="", help="said in RUNS.md beside this run")

@@ -1,6 +1,7 @@
 """The trained presets' labelled data (issue 22) meets the shared line format, checked with no model.
 
-The heads are fitted on `train` lines and measured on `heldout` lines of `tools/decisions_eval/presets/*.jsonl`;
+The heads are fitted on `train` lines and measured on `heldout2` lines (held-out v2; the seen v1 `heldout` lines are
+`train` lines now, marked `moved_from`) of `tools/decisions_eval/presets/*.jsonl`;
 a malformed line, a lopsided answer mix, too little Chinese or a state shared by both splits would make the measured
 accuracy meaningless, so the validator runs on the real folder, and on broken copies to show that it catches each fault.
 """
@@ -60,7 +61,7 @@ def test_the_validator_reports_a_missing_preset_file_instead_of_skipping_it(tmp_
 
 
 def _share_state(rows: list[dict[str, Any]]) -> None:
-    held = next(r for r in rows if r["split"] == "heldout")
+    held = next(r for r in rows if r["split"] == "heldout2")
     train = next(r for r in rows if r["split"] == "train")
     held["state"] = "  " + train["state"].upper() + " "  # case and spacing must not hide the leak
 
@@ -75,7 +76,7 @@ def _bad_id(rows: list[dict[str, Any]]) -> None:
 
 def _too_little_chinese(rows: list[dict[str, Any]]) -> None:
     for r in rows:
-        if r["split"] == "heldout" and r["lang"] == "zh":
+        if r["split"] == "heldout2" and r["lang"] == "zh":
             r["lang"] = "en"
             r["id"] = r["id"].replace("jailbreak-zh-", "jailbreak-en-")
 
@@ -88,7 +89,8 @@ def _lopsided(rows: list[dict[str, Any]]) -> None:
 
 def _drop_training_lines(rows: list[dict[str, Any]]) -> None:
     train = [i for i, r in enumerate(rows) if r["split"] == "train"]
-    del rows[train[0] : train[0] + 10]
+    for i in reversed(train[cp.MIN_LINES["train"] - 1 :]):  # one line short of the minimum
+        del rows[i]
 
 
 def _no_hard_tags(rows: list[dict[str, Any]]) -> None:
@@ -104,18 +106,29 @@ def _duplicate_id(rows: list[dict[str, Any]]) -> None:
     rows[1]["id"] = rows[0]["id"]
 
 
+def _moved_heldout_line_kept_heldout(rows: list[dict[str, Any]]) -> None:
+    held = next(r for r in rows if r["split"] == "heldout2")
+    held["moved_from"] = "heldout"  # only a train line may say it was a (seen) v1 held-out line
+
+
+def _v1_split_name(rows: list[dict[str, Any]]) -> None:
+    next(r for r in rows if r["split"] == "heldout2")["split"] = "heldout"  # v1's split is closed
+
+
 @pytest.mark.parametrize(
     ("break_it", "message"),
     [
-        (_share_state, "in both train and heldout"),
+        (_share_state, "in both train and heldout2"),
         (_wrong_answer, "is not valid for jailbreak"),
         (_bad_id, "is not 'jailbreak-"),
-        (_too_little_chinese, "heldout is"),
+        (_too_little_chinese, "heldout2 is"),
         (_lopsided, "train answer False is 0%"),
         (_drop_training_lines, "train has"),
         (_no_hard_tags, "tagged hard"),
         (_unknown_field, "unknown field 'label'"),
         (_duplicate_id, "appears 2 times"),
+        (_moved_heldout_line_kept_heldout, "moved_from is only for train lines"),
+        (_v1_split_name, "split 'heldout' is not one of"),
     ],
 )
 def test_the_validator_catches_each_kind_of_broken_preset_data(
@@ -131,7 +144,7 @@ def test_the_validator_catches_each_kind_of_broken_preset_data(
 def test_a_heldout_pair_that_reuses_a_training_part_is_reported_as_a_leak(tmp_path: Path) -> None:
     rows = _rows("relevance")
     train = next(r for r in rows if r["split"] == "train")
-    held = next(r for r in rows if r["split"] == "heldout")
+    held = next(r for r in rows if r["split"] == "heldout2")
     held["state"] = {"request": held["state"]["request"], "candidate": train["state"]["candidate"]}
     _write(tmp_path, "relevance", rows)
     report = cp.check_file(tmp_path / "relevance.jsonl", cp.PRESETS["relevance"])
@@ -159,3 +172,18 @@ def test_object_states_must_carry_the_parts_their_preset_names() -> None:
     assert any("non-empty string" in p for p in cp._check_state(cp.PRESETS["pii"], {"text": "t"}, "x"))
     assert cp._check_expected(cp.PRESETS["difficulty"], True, "x")  # a bool is not a level
     assert cp._check_expected(cp.PRESETS["difficulty"], 2, "x") == []
+
+
+def test_the_held_out_v2_checksums_change_when_a_held_out_line_changes(tmp_path: Path) -> None:
+    for preset in cp.PRESETS:
+        _write(tmp_path, preset, _rows(preset))
+    before = cp.split_sha256(tmp_path)
+    rows = _rows("grounded")
+    next(r for r in rows if r["split"] == "heldout2")["expected"] ^= True
+    _write(tmp_path, "grounded", rows)
+    after = cp.split_sha256(tmp_path)
+    assert [p for p in cp.PRESETS if before[p] != after[p]] == ["grounded"]
+    rows = _rows("jailbreak")
+    next(r for r in rows if r["split"] == "train")["why"] += " (edited)"
+    _write(tmp_path, "jailbreak", rows)
+    assert cp.split_sha256(tmp_path)["jailbreak"] == before["jailbreak"]  # train edits leave held-out sums alone

@@ -3,13 +3,14 @@
 The heads fitted on these files are only as good as the files, and seven presets are written by different people, so
 one pure-Python check keeps every file to the same contract: the fields and their types, answers that are valid for
 the preset, unique ids, enough lines per split, enough Chinese per split, balanced answers, enough hard cases, and no
-state that appears twice (above all, never in both `train` and `heldout`, which would leak the held-out part).
+state that appears twice (above all, never in both `train` and `heldout2`, which would leak the held-out part).
 
 Run: `python tools/decisions_eval/check_presets.py [folder]` — prints one table row per preset and split, then the
 problems; exits 1 when there is any problem.
 
 Thresholds (from the lead's format note for issue 22):
-- per preset ≥ 160 `train` and ≥ 45 `heldout` lines;
+- per preset ≥ 160 `train` and ≥ 60 `heldout2` lines (held-out v2; the v1 `heldout` lines were seen by the 16:22 UTC
+  run and are `train` lines now, marked `moved_from: heldout`);
 - per split, Chinese share ≥ 45 %, where a `zh` line counts 1 and a `mixed` line counts ½;
 - balance: in each split, every answer (noul: true/false; choice: every key; score: every level) has a share within
   ±15 percentage points of the even share 1/k, and appears at least once;
@@ -22,6 +23,7 @@ Thresholds (from the lead's format note for issue 22):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sys
@@ -32,9 +34,9 @@ from typing import Any
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
-SPLITS = ("train", "heldout")
+SPLITS = ("train", "heldout2")  # v1 `heldout` lines were seen (16:22 UTC run) and moved to train
 LANGS = ("en", "zh", "mixed")
-MIN_LINES = {"train": 160, "heldout": 45}
+MIN_LINES = {"train": 160, "heldout2": 60}
 MIN_CHINESE_SHARE = 0.45
 BALANCE_TOLERANCE = 0.15
 MIN_HARD_SHARE = 0.25
@@ -67,7 +69,8 @@ PRESETS: dict[str, PresetSpec] = {
 }
 
 REQUIRED_KEYS = ("id", "preset", "lang", "split", "state", "expected", "source", "why")
-OPTIONAL_KEYS = ("hard",)
+OPTIONAL_KEYS = ("hard", "moved_from")
+MOVED_FROM = ("heldout",)  # a train line that was a v1 held-out line says so
 SOURCE_RE = re.compile(r"^written for sr-gateway by .+, \d{4}-\d{2}-\d{2}$")
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
@@ -159,6 +162,8 @@ def check_line(spec: PresetSpec, row: Any, where: str) -> list[str]:
         problems.append(f"{where}: why must be a non-empty sentence")
     if "hard" in row and (not isinstance(row["hard"], str) or not row["hard"].strip()):
         problems.append(f"{where}: hard, when present, must be a non-empty tag")
+    if "moved_from" in row and (row["moved_from"] not in MOVED_FROM or row["split"] != "train"):
+        problems.append(f"{where}: moved_from is only for train lines that were {list(MOVED_FROM)} lines")
     return problems
 
 
@@ -220,7 +225,7 @@ def check_file(path: Path, spec: PresetSpec, items: dict[str, str] | None = None
         key = state_key(row["state"])
         if key in seen:
             first = seen[key]
-            kind = "in both train and heldout" if first["split"] != row["split"] else "twice"
+            kind = "in both train and heldout2" if first["split"] != row["split"] else "twice"
             report.problems.append(f"{path.name}: the same state appears {kind}: {first['id']} and {row['id']}")
         else:
             seen[key] = row
@@ -241,7 +246,7 @@ def check_file(path: Path, spec: PresetSpec, items: dict[str, str] | None = None
         for (part, _), by_split in part_splits.items():
             if len(by_split) > 1:
                 report.problems.append(
-                    f"{path.name}: part {part!r} of {by_split['heldout']} also appears in train ({by_split['train']})"
+                    f"{path.name}: part {part!r} of {by_split['heldout2']} also appears in train ({by_split['train']})"
                 )
 
     for split in SPLITS:
@@ -268,6 +273,18 @@ def check_file(path: Path, spec: PresetSpec, items: dict[str, str] | None = None
         if hard < MIN_HARD_SHARE:
             report.problems.append(f"{path.name}: {hard:.0%} of lines are tagged hard, needs ≥ {MIN_HARD_SHARE:.0%}")
     return report
+
+
+def split_sha256(folder: Path = PRESETS_DIR, split: str = "heldout2") -> dict[str, str]:
+    """sha256 of each preset's `split` lines (as written, in file order): RUNS.md records the held-out part's checksum
+    before any model reads it, so a later edit to it shows."""
+    out = {}
+    for name in PRESETS:
+        path = folder / f"{name}.jsonl"
+        text = path.read_text(encoding="utf-8").splitlines()
+        lines = [t for t in text if t.strip() and json.loads(t)["split"] == split]
+        out[name] = hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
+    return out
 
 
 def check_folder(folder: Path = PRESETS_DIR) -> list[Report]:

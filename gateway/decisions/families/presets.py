@@ -6,16 +6,16 @@ the labelled preset data (`tools/decisions_eval/presets/*.jsonl`, `train` lines 
 the zero-shot family it extends. The heads are a standardisation and a matrix multiply on the encoder's EMBEDDING
 (computed here, in the gateway; Triton stays the only runner of the encoder), so a preset costs no extra model.
 
-Features (the same code builds them at training and when serving, so the two cannot drift):
-- one text: its embedding e, plus documented cheap signals where an embedding is blind (`pii`: an e-mail, a run of
-  seven or more digits, an 18-character Chinese ID number, a masked placeholder such as `138xxxx`);
+Features (the same code builds them at training and when serving, so the two cannot drift; the cheap signals are
+documented in preset_signals.py):
+- one text: its embedding e, plus, for `pii`, cheap signals where an embedding is blind;
 - two parts (relevance: request/candidate; grounded: context/answer): u, v, |u − v|, u ⊙ v, cos(u, v), plus lexical
-  signals (grounded: numbers/dates of the answer absent from the context, capitalised names of the answer absent
-  from the context, a negation (不/没/无/未/别/not/no/never/n't) on one side only, the share of the answer's words and
-  CJK character pairs the context lacks; relevance: the share of the request's words and CJK pairs the candidate
-  has);
-- `language`: no embedding at all — lingua-language-detector's confidences over the languages in play plus the
-  shares of CJK and Latin letters (the head IS a softmax over those, fitted like the others).
+  signals (grounded: numbers by value, weekdays, names and codes of the answer the context lacks, one-sided negation,
+  the answer's new words and CJK pairs; relevance: the share of the request's words and CJK pairs the candidate has);
+- `language`: no embedding at all — lingua-language-detector's confidences over the languages in play, script
+  shares and word counts (the head IS a softmax over those, fitted like the others).
+The build may weight a kind's trailing signal columns against the embedding (chosen by cross-validation); the
+weight lives in the head's stored scale, so serving needs nothing else.
 
 Answers have the zero-shot family's shapes: noul P(true), choice probabilities in the preset's option order, score
 probabilities over its levels (the served score is the expected level Σ p_i·i).
@@ -26,9 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -41,78 +39,20 @@ from ...text import InputTooLong
 from ...timing import Timing
 from ..answers import Outcome
 from .base import Ask, Context, FamilyError, Params, Phases
+from .preset_signals import grounded_signals, language_features, pii_signals, relevance_signals
 from .zeroshot import ZeroShot, ZeroShotParams
 
 ARTEFACT_FORMAT = 1
 HEAD_TOLERANCE = 2e-3  # served (fp32) vs in-process probabilities of the artefact's golden texts
 
-# --------------------------------------------------------------------------------------------- cheap signals
+# --------------------------------------------------------------------------------------------- features
 
-_NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*")
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-_LATIN = re.compile(r"[A-Za-z]")
-_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]+|\d+")
-_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
-_NEG_EN = re.compile(r"\b(?:not|no|never|none|nobody|nothing|neither|nor|cannot|without)\b|n't\b", re.IGNORECASE)
-_NEG_ZH = re.compile(r"[不没無无未别非]")
-_EMAIL = re.compile(r"[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+")
-_DIGITS = re.compile(r"\d(?:[\d \-]{5,}\d)")
-_CN_ID = re.compile(r"(?<!\d)\d{17}[\dXx](?!\d)")
-_MASKED = re.compile(r"\d{2,}[xX*]{3,}|[xX*]{4,}")
-_STOP = frozenset(("the", "a", "an", "of", "to", "in", "on", "for", "and", "or", "is", "are", "was", "were", "be",
-                   "by", "with", "at", "as", "it", "this", "that", "from"))
-
-LANGUAGES = ("ENGLISH", "CHINESE", "JAPANESE", "KOREAN", "FRENCH", "GERMAN", "SPANISH", "RUSSIAN", "PORTUGUESE",
-             "ITALIAN", "ARABIC", "VIETNAMESE")  # lingua is restricted to these (the languages in play)
+SIGNALS = {"pii": 4, "grounded": 9, "relevance": 2}  # trailing signal columns per kind (preset_signals)
 
 
-def _bigrams(text: str) -> set[str]:
-    cjk = "".join(_CJK.findall(text))
-    return {cjk[i:i + 2] for i in range(len(cjk) - 1)}
-
-
-def _words(text: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(text) if w.lower() not in _STOP}
-
-
-def _missing(have: set[str], source: set[str]) -> float:
-    return len(have - source) / len(have) if have else 0.0
-
-
-def pii_signals(text: str) -> list[float]:
-    digits = [re.sub(r"\D", "", m) for m in _DIGITS.findall(text)]
-    return [float(bool(_EMAIL.search(text))), float(any(len(d) >= 7 for d in digits)),
-            float(bool(_CN_ID.search(text))), float(bool(_MASKED.search(text)))]
-
-
-def grounded_signals(context: str, answer: str) -> list[float]:
-    numbers = {n.rstrip(".,") for n in _NUMBER.findall(answer)}
-    names = set(_NAME.findall(answer))
-    neg_a, neg_c = bool(_NEG_EN.search(answer) or _NEG_ZH.search(answer)), bool(
-        _NEG_EN.search(context) or _NEG_ZH.search(context))
-    return [float(any(n not in context for n in numbers)), _missing(numbers, {n for n in numbers if n in context}),
-            float(any(n not in context for n in names)), float(neg_a != neg_c), float(neg_a and not neg_c),
-            _missing(_words(answer), _words(context)), _missing(_bigrams(answer), _bigrams(context))]
-
-
-def relevance_signals(request: str, candidate: str) -> list[float]:
-    return [1.0 - _missing(_words(request), _words(candidate)), 1.0 - _missing(_bigrams(request),
-                                                                              _bigrams(candidate))]
-
-
-@lru_cache(maxsize=1)
-def _detector() -> Any:
-    from lingua import Language, LanguageDetectorBuilder
-
-    return LanguageDetectorBuilder.from_languages(*(getattr(Language, n) for n in LANGUAGES)).build()
-
-
-def language_features(text: str) -> np.ndarray:
-    """lingua's confidence per language in play, then the shares of CJK and Latin letters and both present."""
-    values = {c.language.name: c.value for c in _detector().compute_language_confidence_values(text)}
-    letters = max(1, sum(ch.isalpha() for ch in text))
-    cjk, latin = len(_CJK.findall(text)) / letters, len(_LATIN.findall(text)) / letters
-    return np.asarray([values.get(n, 0.0) for n in LANGUAGES] + [cjk, latin, min(cjk, latin)], dtype=np.float64)
+def signal_count(kind: str) -> int:
+    """How many of a kind's feature columns are cheap signals (the build may weight them against the embedding)."""
+    return SIGNALS.get(kind, 0)
 
 
 def features(kind: str, texts: list[str], vectors: list[np.ndarray]) -> np.ndarray:

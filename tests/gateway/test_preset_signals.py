@@ -1,0 +1,109 @@
+"""The trained presets' cheap signals (issue 22) and the build's signal weighting, with no model.
+
+An embedding barely separates "drivers must be 21" from "drivers must be 25", or Chinese with a code identifier from
+code-mixed Chinese, so the grounded and language heads read counted signals too; these tests pin what each signal
+says on texts where the answer is known, and that the weight the build chooses for them is what serving applies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gateway.decisions.families.preset_signals import (
+    chinese_numeral,
+    grounded_signals,
+    language_features,
+    numbers,
+)
+from gateway.decisions.families.presets import Head, features, signal_count
+from sr_build import presets as build
+
+CONTEXT = "The museum opens at 9:30 on Tuesdays; entry is 1,200 yen, and the guide is Clara Voss (model KT-200)."
+NEW_NUMBER, SHARE_NEW, NEW_DAY, NEW_NAME, NEG_MISMATCH = 0, 1, 2, 3, 4
+
+
+@pytest.mark.parametrize(("run", "value"), [("三", 3), ("十五", 15), ("二十", 20), ("两千零八", 2008),
+                                            ("一百二十", 120), ("三万五千", 35000), ("二〇二六", 2026)])
+def test_chinese_numerals_read_as_their_value(run: str, value: int) -> None:
+    assert chinese_numeral(run) == value
+
+
+def test_numbers_are_compared_by_value_not_by_spelling() -> None:
+    assert numbers("1,200 yen and 2.50 euros") == {1200.0, 2.5}
+    assert numbers("会员打九折，十五分钟") == {9.0, 15.0}
+    assert numbers("我们一起去，一般来说") == set()  # 一 in words is not the number 1
+
+
+def test_a_supported_answer_raises_no_contradiction_signal() -> None:
+    row = grounded_signals(CONTEXT, "Entry costs 1200 yen, and Clara Voss guides visitors on Tuesdays at 9:30.")
+    assert row[NEW_NUMBER] == 0 and row[NEW_DAY] == 0 and row[NEW_NAME] == 0 and row[NEG_MISMATCH] == 0
+
+
+@pytest.mark.parametrize(("answer", "signal"), [
+    ("Entry is 1,500 yen.", NEW_NUMBER),
+    ("The museum opens at 9:30 on Mondays.", NEW_DAY),
+    ("The guide is Martin Voss.", NEW_NAME),
+    ("The exhibit shows model KT-300.", NEW_NAME),
+    ("The museum does not open on Tuesdays.", NEG_MISMATCH),
+])
+def test_a_contradicted_number_day_name_or_negation_raises_its_signal(answer: str, signal: int) -> None:
+    assert grounded_signals(CONTEXT, answer)[signal] == 1.0
+
+
+def test_a_number_that_is_only_a_substring_of_a_context_number_counts_as_new() -> None:
+    assert grounded_signals("Founded in 2015 with 150 staff.", "It has 15 staff.")[NEW_NUMBER] == 1.0
+
+
+def test_chinese_numerals_in_the_answer_match_arabic_numerals_in_the_context() -> None:
+    row = grounded_signals("会员消费享9折，每位读者最多可借10本书。", "会员打九折，每人最多借十本。")
+    assert row[NEW_NUMBER] == 0 and row[SHARE_NEW] == 0
+    assert grounded_signals("周三店休。", "周一店休。")[NEW_DAY] == 1.0
+
+
+PINYIN, LATIN_WORDS, FUNCTION_WORDS = -1, 17, 19
+
+
+def test_pinyin_reads_as_pinyin_and_english_does_not() -> None:
+    assert language_features("wo men ming tian jiu dian zai men kou jian")[PINYIN] > 0.9
+    assert language_features("I will meet you at the station tomorrow")[PINYIN] < 0.5
+
+
+def test_code_lines_and_identifiers_in_chinese_text_are_not_counted_as_english_words() -> None:
+    commented = language_features("-- 统计每个城市的订单数\nSELECT city, COUNT(*) FROM orders GROUP BY city;")
+    identifier = language_features("这里的 useEffect 为什么会执行两次？")
+    mixed = language_features("这个 meeting 我们 postpone 到 next week 吧")
+    assert commented[LATIN_WORDS] == 0 and identifier[LATIN_WORDS] == 0
+    assert mixed[LATIN_WORDS] > 1 and mixed[FUNCTION_WORDS] == 0
+
+
+def test_the_signal_weight_scales_only_the_trailing_signal_columns() -> None:
+    scale = np.ones(6)
+    assert build.weighted_scale(scale, 2, 10.0).tolist() == [1, 1, 1, 1, 0.1, 0.1]
+    assert build.weighted_scale(scale, 0, 10.0).tolist() == [1] * 6
+    assert signal_count("grounded") == len(grounded_signals("a", "b"))
+    row = features("grounded", ["ctx 1", "ans 2"], [np.ones(4), np.zeros(4)])
+    assert len(row) == 4 * 4 + 1 + signal_count("grounded")
+
+
+def test_a_weighted_head_serves_the_probabilities_it_was_fitted_with() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(60, 5))
+    y = (x[:, -1] > 0).astype(int)
+    mean, scale = build.standardise(x)
+    scale = build.weighted_scale(scale, 1, 3.0)
+    w, b = build.fit_softmax((x - mean) / scale, y, 2, 0.1)
+    head = Head("p", "noul", "text", [], ["false", "true"], mean, scale, w, b)
+    z = ((x[0] - mean) / scale) @ w + b
+    assert np.allclose(head.probabilities(x[0]), np.exp(z) / np.exp(z).sum())
+
+
+def test_cross_validation_prefers_a_heavier_signal_when_only_the_signal_carries_the_answer() -> None:
+    rng = np.random.default_rng(3)
+    noise = rng.normal(size=(80, 40))
+    y = rng.integers(0, 2, size=80)
+    signal = y + rng.normal(scale=0.6, size=80)
+    x = np.column_stack([noise, signal])
+    choice = build.cross_validate(x, y, 2, "noul", [str(i) for i in range(80)], signals=1, langs=["en"] * 80)
+    assert choice.weight > 1.0
+    assert choice.by_lang["en"] == choice.accuracy
