@@ -573,6 +573,7 @@ def create_app(settings: Settings) -> web.Application:
                     lease_namespace=settings.reconcile_lease_namespace, lease_name=settings.reconcile_lease_name,
                     lease_duration_s=settings.reconcile_lease_duration_s,
                     lease_renew_s=settings.reconcile_lease_renew_s,
+                    orphan_grace_s=settings.orphan_grace_s,
                 )
                 task = asyncio.create_task(app[RECONCILER].run())
         yield

@@ -47,6 +47,19 @@ class Principal:
     roles: frozenset[str]
     permissions: frozenset[str]
     system_scope: bool = False
+    scope_domain_id: str | None = None  # the domain of a domain-scoped token
+
+    @property
+    def owner(self) -> str:
+        """Whose deployments this token works on: its project; without one (only where the spec allows it, e.g.
+        create without Kubernetes) its scope's own key, so a domain's or the system's records stay theirs."""
+        if self.project_id:
+            return self.project_id
+        if self.system_scope:
+            return "system"
+        if self.scope_domain_id:
+            return f"domain-{self.scope_domain_id}"
+        return ""
 
     def require(self, permission: str) -> None:
         """403 unless the caller's roles grant ``permission``."""
@@ -224,6 +237,7 @@ class KeystoneAuth:
             roles=roles,
             permissions=frozenset(perms),
             system_scope=system,
+            scope_domain_id=(tok.get("domain") or {}).get("id"),
         )
 
 

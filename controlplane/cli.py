@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure_logging(settings.log_format, settings.log_level)
     if args.cmd == "serve":
-        web.run_app(create_app(settings), host=args.host, port=args.port, print=None)
+        web.run_app(create_app(settings), host=args.host, port=args.port, print=None,
+                    shutdown_timeout=settings.shutdown_timeout_s)
         return 0
     if args.cmd == "migrate":
         print(f"schema revision {asyncio.run(_migrate(settings))}")

@@ -1,18 +1,22 @@
 """One typed settings object. Every field has an ``SR_CP_*`` env twin and a flag of ``sr-controlplane serve``
-(the gateway's mechanism: flag > environment > default). Invalid values stop the start with the setting's
-name, so a typo in a deployment manifest fails loudly instead of running with a default."""
+(the gateway's mechanism, :mod:`sr_common.settings`: flag > environment > default). Invalid values stop the start
+with the setting's name, so a typo in a deployment manifest fails loudly instead of running with a default."""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import ssl
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from kubernetes.utils import parse_quantity
+
+from sr_common.settings import SettingsBase, SettingsError
+
+__all__ = ["DEFAULT_ROLE_PERMISSIONS", "ENV_PREFIX", "Settings", "SettingsError", "client_ssl", "quantity"]
 
 ENV_PREFIX = "SR_CP_"
 
@@ -26,17 +30,15 @@ the token is system-scoped or scoped to ``global_read_project_id`` (see :mod:`co
 role of an ordinary project is that project's admin, not the platform's."""
 
 
-class SettingsError(ValueError):
-    """A setting has an invalid value; the message starts with the setting's name and its env twin."""
-
-
 def _help(text: str) -> dict[str, str]:
     return {"help": text}
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(SettingsBase):
     """Everything the service needs; ``kubeconfig=None`` means Kubernetes is not configured (503)."""
+
+    ENV_PREFIX: ClassVar[str] = ENV_PREFIX
 
     database_url: str = field(default="sqlite+aiosqlite:///controlplane.db", metadata=_help(
         "catalog database: sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST/DB"))
@@ -76,6 +78,9 @@ class Settings:
         "how often a terminal session's token is validated again (a revoked token ends the session)"))
     reconcile_interval_s: float = field(default=30.0, metadata=_help(
         "seconds between reconciler passes (0: no reconciler in this replica)"))
+    orphan_grace_s: float = field(default=600.0, metadata=_help(
+        "seconds the reconciler leaves a managed workload with no catalog record alone before deleting it "
+        "(negative: never; use that when another control plane with its own catalog manages the same cluster)"))
     reconcile_lease_namespace: str = field(default="default", metadata=_help(
         "namespace of the coordination.k8s.io Lease that elects the one reconciling replica"))
     reconcile_lease_name: str = field(default="sr-controlplane-reconciler", metadata=_help("name of that Lease"))
@@ -94,38 +99,18 @@ class Settings:
         "log streams with follow one user may hold open at once in this replica (beyond: 429)"))
     session_retry_after_s: int = field(default=30, metadata=_help(
         "Retry-After of a 429 for too many terminal or log-follow sessions"))
+    shutdown_timeout_s: float = field(default=60.0, metadata=_help(
+        "after SIGTERM, how long requests in flight (log follows and terminals included) may finish before they "
+        "are cancelled; keep preStop + this within the pod's terminationGracePeriodSeconds"))
     max_body_bytes: int = field(default=1048576, metadata=_help(
         "largest request body accepted (beyond: 413)"))
     log_format: str = field(default="text", metadata=_help("text, or json: one JSON object per line"))
     log_level: str = field(default="info", metadata=_help("debug, info, warning or error"))
 
-    @staticmethod
-    def env_name(name: str) -> str:
-        """The env twin of a setting."""
-        return ENV_PREFIX + name.upper()
-
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """One flag per setting on ``serve``."""
-        for f in fields(cls):
-            parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar=f.name.upper(),
-                                help=f"{f.metadata['help']} (env {cls.env_name(f.name)})")
-
-    @classmethod
-    def resolve(cls, args: argparse.Namespace | None = None, environ: dict[str, str] | None = None) -> Settings:
-        """Flag, else env twin, else default; converted to the field's type and checked (SettingsError)."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = getattr(args, f.name, None) if args is not None else None
-            if raw is None:
-                raw = env.get(cls.env_name(f.name))
-            if raw is None:
-                continue
-            values[f.name] = _convert(f.name, f.type, raw)
-        settings = cls(**values)
-        settings.validate()
-        return settings
+    def convert(cls, f: dataclasses.Field[Any], raw: str) -> Any:
+        """Optional settings (empty: not configured), URLs without a trailing slash, the role JSON."""
+        return _convert(f.name, f.type, raw)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -135,7 +120,7 @@ class Settings:
     def validate(self) -> None:
         """Reject values no deployment could want; the message names the setting."""
         for name in ("keystone_timeout_s", "kube_timeout_s", "probe_timeout_s", "prometheus_timeout_s",
-                     "exec_idle_timeout_s", "exec_max_session_s", "exec_token_recheck_s"):
+                     "exec_idle_timeout_s", "exec_max_session_s", "exec_token_recheck_s", "shutdown_timeout_s"):
             if getattr(self, name) <= 0:
                 raise _error(name, f"must be positive, got {getattr(self, name)}")
         if self.reconcile_interval_s < 0:
@@ -181,7 +166,7 @@ class Settings:
 
 
 def _error(name: str, message: str) -> SettingsError:
-    return SettingsError(f"{name} ({Settings.env_name(name)}): {message}")
+    return Settings.error(name, message)
 
 
 def _convert(name: str, kind: Any, raw: str) -> Any:

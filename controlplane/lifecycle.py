@@ -12,6 +12,7 @@ catalog and the cluster apart for good.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from typing import Any
@@ -62,7 +63,9 @@ class Lifecycle:
         if self.kube is not None:
             who.require_project()  # the spec: a project-scoped token when Kubernetes is configured
         who.require(WRITE)
-        project = who.require_project()  # without Kubernetes the record still belongs to a project
+        # Without Kubernetes the spec asks for write permission only: a system- or domain-scoped token's record
+        # belongs to that scope (Principal.owner), visible to the same scope only.
+        project = who.owner
         if not isinstance(body, dict):
             raise invalid_request("request body must be a JSON object")
         if unknown := set(body) - CREATE_FIELDS:
@@ -141,12 +144,23 @@ class Lifecycle:
             )
             try:
                 created = await self._submit(KINDS[eng.backend_type], namespace(project), obj, dep_id)
-            except BaseException:
-                # Nothing of ours is in the cluster: the catalog must not keep the record either.
-                await self.store.remove(dep_id)
+            except ApiError as err:
+                if err.status >= 500:  # no definite answer: the apiserver may have stored the workload
+                    await self._orphaned(dep_id, f"create answered {err.status}")
+                else:  # refused: nothing of ours is in the cluster, so the catalog keeps nothing either
+                    await self.store.remove(dep_id)
+                raise
+            except BaseException as exc:  # cancelled (the caller went away) or broken mid-call: as above
+                await self._orphaned(dep_id, type(exc).__name__)
                 raise
             await self.store.set_backend_uid(dep_id, (created.get("metadata") or {}).get("uid"))
         return render(await self.store.fetch(dep_id))
+
+    async def _orphaned(self, dep_id: str, why: str) -> None:
+        """The workload may exist without anyone knowing: leave the record ``deleting`` for the reconciler,
+        which deletes the workload, then the record (a record erased now would orphan the workload for good)."""
+        log.warning("deployment %s: create did not finish (%s); left for the reconciler to delete", dep_id, why)
+        await asyncio.shield(self.store.mark_deleting(dep_id))
 
     async def _submit(self, kind: Kind, ns: str, obj: dict[str, Any], dep_id: str) -> dict[str, Any]:
         """Create the workload, recovering the two ways a create can leave the cluster and catalog apart.
@@ -195,7 +209,7 @@ class Lifecycle:
         if self.kube is not None and set(body) & RUNTIME_FIELDS:
             who.require_project()  # the spec: project scope only when the workload changes
         who.require(WRITE)
-        project = who.project_id or ""
+        project = who.owner
         if refused := set(body) & PATCH_REFUSED:
             raise invalid_request(
                 f"{', '.join(sorted(refused))} cannot be changed; create a new deployment instead"

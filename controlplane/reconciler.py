@@ -1,6 +1,8 @@
 """Background reconciliation: keeps each record's status, ``ready``, conditions and endpoint in step with
 the cluster (so the list is fresh without anyone opening a detail page), finishes deletes that stopped
-half-way, and reports records whose workload vanished and workloads that have no record.
+half-way and creates that failed after their workload was sent (``deleting`` records: the workload, then the
+record), reports records whose workload vanished, and deletes workloads that have had no record for
+``orphan_grace_s``.
 
 Several replicas may run; only the holder of a ``coordination.k8s.io`` Lease reconciles. The holder renews
 it on its own timer (every ``lease_renew_s``, at most half the lease duration), whatever the reconcile
@@ -26,7 +28,7 @@ from controlplane import workload
 from controlplane.db import deployments, utcnow
 from controlplane.errors import ApiError
 from controlplane.kube import KINDS, ClusterView, KubeBackend
-from controlplane.store import DeploymentStore, StaleRow, namespace, workload_kind
+from controlplane.store import DELETING, DeploymentStore, StaleRow, namespace, workload_kind
 from controlplane.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -145,6 +147,7 @@ class Reconciler:
         lease_name: str,
         lease_duration_s: float,
         lease_renew_s: float | None = None,
+        orphan_grace_s: float = 600.0,
     ) -> None:
         self.store = DeploymentStore(engine)
         self.kube = kube
@@ -157,6 +160,8 @@ class Reconciler:
         self.last_success: float | None = None
         self.started = time.monotonic()
         self.found: dict[str, list[str]] = {"records_without_workload": [], "workloads_without_record": []}
+        self.orphan_grace_s = orphan_grace_s
+        self._orphan_seen: dict[str, float] = {}  # uid of a managed workload with no record -> first seen
         telemetry.reconcile_lag.set_function(self.lag)
 
     def lag(self) -> float:
@@ -203,6 +208,11 @@ class Reconciler:
                 objects[(kind.name, meta.get("namespace", ""), meta.get("name", ""))] = obj
         live_ids = {r.id for r in rows if r.deleted_at is None}
         deleted_ids = {r.id for r in rows if r.deleted_at is not None}
+        owners = {workload.deployment_id(obj) for obj in objects.values()}
+        for row in rows:  # a failed create's record goes once no workload of it is left (deleted below first)
+            if row.status == DELETING and row.id not in owners:
+                log.warning("reconciler: the failed create %s left no workload; removing its record", row.id)
+                await self.store.erase_deleting(row.id)
         vanished: list[str] = []
         for row in rows:
             row_kind = workload_kind(row)
@@ -214,15 +224,27 @@ class Reconciler:
                 continue
             await self._sync(row, found)
         orphans: list[str] = []
+        seen: dict[str, float] = {}
+        now = time.monotonic()
         for (kind_name, ns, name), obj in objects.items():
             owner = workload.deployment_id(obj)
             if owner in live_ids:
                 continue
-            if owner in deleted_ids:  # a delete that stopped half-way: finish it
+            uid = (obj.get("metadata") or {}).get("uid")
+            if owner in deleted_ids:  # a delete that stopped half-way, or a create that failed: finish it
                 log.warning("reconciler: deleting workload %s/%s of deleted deployment %s", ns, name, owner)
-                await self.kube.delete(KINDS[kind_name], ns, name, (obj.get("metadata") or {}).get("uid"))
-            else:
-                orphans.append(f"{ns}/{name}")
+                await self.kube.delete(KINDS[kind_name], ns, name, uid)
+                continue
+            orphans.append(f"{ns}/{name}")
+            first = seen[str(uid)] = self._orphan_seen.get(str(uid), now)
+            if 0 <= self.orphan_grace_s <= now - first:
+                log.warning("reconciler: deleting workload %s/%s of unknown deployment %s: no record for %.0f s",
+                            ns, name, owner, now - first)
+                try:
+                    await self.kube.delete(KINDS[kind_name], ns, name, uid)
+                except ApiError as err:  # e.g. a namespace no longer bound to us: the others still get done
+                    log.warning("reconciler: could not delete %s/%s: %s %s", ns, name, err.status, err.message)
+        self._orphan_seen = seen
         if vanished or orphans:
             log.warning("reconciler: %d record(s) without workload %s, %d workload(s) without record %s",
                         len(vanished), vanished, len(orphans), orphans)

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from controlplane import validation as v
-from controlplane.catalog import find_visible
+from controlplane.catalog import find_visible, image_pin_problem
 from controlplane.config import Settings
 from controlplane.db import artifacts, models
 from controlplane.errors import invalid_request
@@ -41,8 +41,11 @@ async def resolve_runtime(
     out["command"] = v.str_list(cfg["command"], "command") if cfg.get("command") is not None else None
     out["args"] = v.str_list(cfg["args"], "args") if cfg.get("args") is not None else None
     out["env"] = v.env_list(cfg["env"]) if cfg.get("env") is not None else None
+    if out["image"] and (problem := image_pin_problem(out["image"])):
+        raise invalid_request(f"image {out['image']!r} {problem}; pin a version tag or a digest")
     out["resources"] = v.resources(cfg.get("resources"))
-    v.within_limits(out["replicas"], out["resources"], limits)
+    v.within_limits(out["replicas"], effective_resources(out["resources"], eng.resources), limits,
+                    engine_id=eng.id)
     kv = v.kv_cache_offloading(cfg.get("kvCacheOffloading"))
     if kv is not None:
         if not is_vllm:
@@ -72,6 +75,17 @@ async def resolve_runtime(
         resolved.append({**a, "uri": art.uri})
     out["lora"] = {"adapters": resolved} if resolved else None
     return out, owners
+
+def effective_resources(
+    override: dict[str, str] | None, engine_resources: dict[str, Any] | None
+) -> dict[str, tuple[str, str]]:
+    """What the pods will request, per key, with where it comes from: the engine's catalog resources, each
+    replaced by a non-empty value of the deployment's own (the merge workload.build_spec applies), so the caps
+    hold for what reaches the cluster and not only for what the caller typed."""
+    out = {k: (str(val), "engine") for k, val in (engine_resources or {}).items() if val not in (None, "")}
+    out.update({k: (val, "deployment") for k, val in (override or {}).items() if val})
+    return out
+
 
 def visibility_scope(project: str, owners: list[str | None]) -> str:
     """All public or all this project's; anything else is refused."""

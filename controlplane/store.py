@@ -20,6 +20,8 @@ from controlplane.errors import not_found, unprocessable
 from controlplane.kube import KINDS, Kind
 from controlplane.telemetry import audit
 
+# The status of a record whose create failed after its workload was sent (never shown: the record is hidden).
+DELETING = "deleting"
 WRITE_ATTEMPTS = 5  # read-merge-write rounds before a concurrent-write conflict is reported as 409
 
 
@@ -51,7 +53,7 @@ def visible(who: Principal, *, write: bool) -> list[sa.ColumnElement[bool]]:
     """Live records the caller may see: their project's, or every project's for global readers (reads)."""
     where: list[sa.ColumnElement[bool]] = [deployments.c.deleted_at.is_(None)]
     if write or not who.global_read:
-        where.append(deployments.c.project_id == (who.project_id or ""))
+        where.append(deployments.c.project_id == who.owner)
     return where
 
 
@@ -74,7 +76,7 @@ class DeploymentStore:
             row = (await conn.execute(stmt)).first()
         if row is None:
             raise not_found(f"deployment {dep_id} not found")
-        if row.project_id != who.project_id:  # only global read gets here: every such read is audited
+        if row.project_id != who.owner:  # only global read gets here: every such read is audited
             audit("cross_project_read", who=who, deployment=dep_id, result="read", target_project=row.project_id)
         return row
 
@@ -136,6 +138,24 @@ class DeploymentStore:
             )
         if res.rowcount != 1:
             raise StaleRow(row.id)
+
+    async def mark_deleting(self, dep_id: str) -> None:
+        """A create failed or was cancelled after its workload was sent: the workload may exist. The record leaves
+        every listing and frees its name at once; the reconciler deletes any workload carrying its id, then the
+        record (:meth:`erase_deleting`)."""
+        now = utcnow()
+        async with self.db.begin() as conn:
+            await conn.execute(
+                deployments.update().where(deployments.c.id == dep_id)
+                .values(status=DELETING, deleted_at=now, updated_at=now, version=deployments.c.version + 1)
+            )
+
+    async def erase_deleting(self, dep_id: str) -> None:
+        """Remove a ``deleting`` record once no workload of it is left."""
+        async with self.db.begin() as conn:
+            await conn.execute(
+                deployments.delete().where(deployments.c.id == dep_id, deployments.c.status == DELETING)
+            )
 
     async def mark_deleted(self, dep_id: str) -> None:
         """Mark a record deleted (never erased): it leaves every listing and its name is free again."""

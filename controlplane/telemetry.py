@@ -4,7 +4,6 @@ audit trail (one ``controlplane.audit`` line per write and per terminal session)
 from __future__ import annotations
 
 import contextvars
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -12,6 +11,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from sr_common.logs import JsonFormatter, configure
+
+__all__ = ["REQUEST_ID", "JsonFormatter", "RequestIdFilter", "Telemetry", "audit", "audit_log", "configure_logging"]
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 audit_log = logging.getLogger("controlplane.audit")
@@ -26,40 +29,11 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, request id, and any ``extra`` fields."""
-
-    _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "request_id"}
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-            "request_id": getattr(record, "request_id", REQUEST_ID.get()),
-        }
-        for key, value in vars(record).items():
-            if key not in self._STANDARD and not key.startswith("_"):
-                out[key] = value
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
-
-
 def configure_logging(log_format: str, level: str) -> None:
-    """Root logging for ``sr-controlplane``: text for people, json for log pipelines."""
-    handler = logging.StreamHandler()
-    handler.addFilter(RequestIdFilter())
-    if log_format == "json":
-        formatter: logging.Formatter = JsonFormatter()
-        formatter.converter = time.gmtime
-    else:
-        formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
-    handler.setFormatter(formatter)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    """Root logging for ``sr-controlplane``: text for people, json for log pipelines (sr_common.logs, the gateway's
+    format), every line stamped with its request id."""
+    configure(level, log_format, text="%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
+              filters=[RequestIdFilter()])
 
 
 def audit(action: str, *, who: Any, deployment: str | None, result: int | str, **extra: Any) -> None:

@@ -204,15 +204,21 @@ def has_accelerator(override: dict[str, str] | None, engine_resources: dict[str,
     return bool(gpu) and str(gpu) not in ("0", "0.0")
 
 
-def within_limits(replica_count: int, res: dict[str, str] | None, limits: Settings) -> None:
+def within_limits(
+    replica_count: int, res: dict[str, tuple[str, str]], limits: Settings, *, engine_id: str
+) -> None:
     """The operator's caps on one deployment (replicas, CPU, memory, GPUs): a shared cluster must not let one
-    tenant request all of it. 400 naming the field and the cap."""
+    tenant request all of it. ``res`` maps each resource to (quantity, "engine" or "deployment"): a catalog
+    engine's resources reach the pods unless overridden, so they are capped too. 400 naming the field and the
+    cap, and the engine when the value is its."""
     if replica_count > limits.max_replicas:
         raise invalid_request(f"replicas must be at most {limits.max_replicas}")
-    res = res or {}
     for key, cap in (("cpu", limits.max_cpu), ("memory", limits.max_memory), ("gpu", str(limits.max_gpu))):
         if key not in res:
             continue
-        asked, most = quantity(res[key]), quantity(cap)
+        value, source = res[key]
+        asked, most = quantity(value), quantity(cap)
         if asked is not None and most is not None and asked > most:
-            raise invalid_request(f"resources.{key} must be at most {cap}")
+            whose = (f" (engine {engine_id} asks for {value}; request less in resources.{key})"
+                     if source == "engine" else "")
+            raise invalid_request(f"resources.{key} must be at most {cap}{whose}")

@@ -17,6 +17,8 @@ RUNTIME_LABEL = "beacon.io/runtime"
 VISIBILITY_LABEL = "networking.kserve.io/visibility"
 # The spec promises a cluster-internal address; an exposed endpoint would have no authentication at all.
 CLUSTER_LOCAL = "cluster-local"
+# KServe's modelStatus.transitionStatus when it refused the spec (runtime missing, disabled or not matching)
+INVALID_SPEC = "InvalidSpec"
 _NAME_MAX = 45  # KServe appends suffixes such as "-predictor" to derived objects; keep them under 63
 
 
@@ -128,15 +130,25 @@ def is_stop_requested(obj: dict[str, Any]) -> bool:
 
 
 def conditions(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    """KServe conditions in the spec's shape (empty optional fields omitted)."""
+    """KServe conditions in the spec's shape (empty optional fields omitted), plus a ``Ready: False`` carrying
+    KServe's ``modelStatus.lastFailureInfo`` when the spec was refused (e.g. its runtime does not exist): KServe then
+    reports no Ready condition at all, and the caller must still see why the deployment never becomes ready."""
+    status = obj.get("status") or {}
     out = []
-    for c in (obj.get("status") or {}).get("conditions") or []:
+    for c in status.get("conditions") or []:
         if not c.get("type"):
             continue
         item = {"type": str(c["type"]), "status": str(c.get("status", "Unknown"))}
         for key in ("reason", "message", "lastTransitionTime"):
             if c.get(key):
                 item[key] = str(c[key])
+        out.append(item)
+    model = status.get("modelStatus") or {}
+    failure = model.get("lastFailureInfo") or {}
+    if model.get("transitionStatus") == INVALID_SPEC and not any(c["type"] == "Ready" for c in out):
+        item = {"type": "Ready", "status": "False", "reason": str(failure.get("reason") or INVALID_SPEC)}
+        if failure.get("message"):
+            item["message"] = str(failure["message"])
         out.append(item)
     return out
 

@@ -22,6 +22,7 @@ RUN --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
  && pip install --require-hashes -r /tmp/requirements/gateway-build.txt
 COPY pyproject.toml README.md ./
 COPY gateway gateway
+COPY sr_common sr_common
 COPY sr_backend sr_backend
 COPY sr_build sr_build
 COPY controlplane controlplane

@@ -11,6 +11,7 @@ ARG ORT=onnxruntime
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 \
     SR_BACKEND_PYTHONPATH=/opt/sr-gateway
 COPY docker/requirements /tmp/requirements
+COPY sr_common /opt/sr-gateway/sr_common
 COPY sr_backend /opt/sr-gateway/sr_backend
 RUN --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
     python3 -m pip install --require-hashes -r "/tmp/requirements/triton-${ORT}.txt" && rm -rf /tmp/requirements \

@@ -81,6 +81,7 @@ class Assets:
     @classmethod
     def parse(cls, raw: Any, parts: dict[str, bytes] | None = None) -> Assets:
         """Validate `assets` against the spec's rules and the body's parts (None: not a multipart body)."""
+        multipart = parts is not None
         parts = parts or {}
         if raw is None:
             if parts:
@@ -112,7 +113,7 @@ class Assets:
                     raise _invalid(f"asset {ref!r}: part must be a string")
                 if name not in parts:
                     raise _invalid(f"asset {ref!r} names part {name!r}, which the body does not have"
-                                   + ("" if parts else " (send a multipart/form-data body)"))
+                                   + ("" if multipart else " (send a multipart/form-data body)"))
                 if name in claimed:
                     raise _invalid(f"part {name!r} is referenced by both asset {claimed[name]!r} and {ref!r}")
                 claimed[name] = ref
@@ -183,6 +184,35 @@ class Assets:
                 raise result
             out[ref] = result
         return out
+
+
+def share_parts(bodies: dict[str, Any], parts: dict[str, bytes] | None,
+                what: str) -> dict[str, dict[str, bytes] | None]:
+    """A multipart body holding several requests (a bundle's tasks, a System One batch): each request gets the
+    parts its own `assets` name, so it reads them exactly as if sent alone. The spec gives every part exactly one
+    asset, so a part no request names, or one that two requests name, fails the body as a whole. A JSON body
+    (`parts` None) gives every request None, so an asset naming a part still asks for a multipart body."""
+    if parts is None:
+        return dict.fromkeys(bodies)
+    owner: dict[str, str] = {}
+    out: dict[str, dict[str, bytes] | None] = {}
+    for name, body in bodies.items():
+        raw = body.get("assets") if isinstance(body, dict) else None
+        mine: dict[str, bytes] = {}
+        for spec in raw.values() if isinstance(raw, dict) else ():
+            part = spec.get("part") if isinstance(spec, dict) else None
+            if not isinstance(part, str) or part not in parts:
+                continue  # the request's own validation names what is wrong with it
+            if owner.get(part, name) != name:
+                raise _invalid(f"multipart part {part!r} is referenced by {what} {owner[part]!r} and {name!r}; "
+                               "each part belongs to exactly one asset")
+            owner[part] = name
+            mine[part] = parts[part]
+        out[name] = mine
+    unreferenced = [p for p in parts if p not in owner]
+    if unreferenced:
+        raise _invalid(f"multipart part {unreferenced[0]!r} is not referenced by any asset")
+    return out
 
 
 CHECK_PIXELS = 65_536  # assets are checked by decoding at this size (JPEG decodes scaled down: cheap)

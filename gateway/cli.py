@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from .settings import DEFAULT_REPOSITORY, Settings
+from .settings import DEFAULT_REPOSITORY, Settings, SettingsError
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -17,7 +17,11 @@ def _serve(args: argparse.Namespace) -> int:
     from .app import create_app
     from .logs import configure, request_log
 
-    settings = Settings.resolve(args)
+    try:
+        settings = Settings.resolve(args)
+    except SettingsError as exc:
+        print(f"sr-gateway: invalid setting {exc}", file=sys.stderr)
+        return 2
     configure(settings.log_level, settings.log_format)
     app = create_app(settings)
     if settings.log_format == "json":  # text keeps the hot path free of a per-request log line

@@ -1,5 +1,6 @@
 """Logs for machines and for people: `--log-format json` writes one JSON object per line (a log shipper needs no
-parser), and every HTTP request gets one line with its id, surface, model, status and Server-Timing total.
+parser; sr_common.logs writes it, the same as the control plane's), and every HTTP request gets one line with its
+id, surface, model, status and Server-Timing total.
 
 The request line is written by a middleware; the model is noted by whoever resolves it (`note`), through a context
 variable, so surfaces need not pass it around.
@@ -7,10 +8,8 @@ variable, so surfaces need not pass it around.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -19,37 +18,15 @@ from typing import Any
 
 from aiohttp import web
 
+from sr_common.logs import configure
+
+__all__ = ["REQUEST_ID", "configure", "note", "request_log"]
+
 log = logging.getLogger("sr_gateway.request")
 
 _FIELDS: ContextVar[dict[str, Any] | None] = ContextVar("sr_gateway_request_fields", default=None)
 _TOTAL = re.compile(r"(?:^|,\s*)total;dur=([0-9.]+)")
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 REQUEST_ID = "X-Request-Id"
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per record: time, level, logger, message, any `extra` fields, and the exception if any."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage(),
-        }
-        out.update({k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")})
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
-
-
-def configure(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
 
 
 def note(**fields: Any) -> None:

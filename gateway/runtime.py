@@ -88,7 +88,7 @@ def served_precision(card: Card, choice: dict[str, str] | None = None) -> tuple[
     card allows has its own golden tolerance (the fp32 tolerance would reject its rounding). `choice`: what Triton
     reports it loaded (configs.choice_of_loaded); before the load, the config Triton will load (the generated
     configs/tuned.pbtxt, else config.pbtxt) from the local repository."""
-    from sr_backend.engines.configs import DEFAULTS, choice_of, served_config
+    from sr_common.tuned_config import DEFAULTS, choice_of, served_config
 
     if choice is None:
         path = served_config(card.directory.parent / card.triton_name)
@@ -106,7 +106,7 @@ def served_precision(card: Card, choice: dict[str, str] | None = None) -> tuple[
 def apply_loaded_config(model: ServedModel, config: dict[str, Any]) -> None:
     """Serve what Triton actually loaded (its model config over gRPC), not what a local file says: an external
     Triton has its own repository, and a child one may have loaded configs/tuned.pbtxt or config.pbtxt."""
-    from sr_backend.engines.configs import choice_of_loaded
+    from sr_common.engine_choice import choice_of_loaded
 
     model.card, model.engine = served_precision(model.written or model.card, choice_of_loaded(config))
 
@@ -143,13 +143,41 @@ class Runtime:
     def set_status(self, model: ServedModel, status: str, reason: str | None = None) -> None:
         assert status in STATUSES
         model.status, model.reason = status, reason
-        self.metrics.child(self.metrics.model_ready, model.id).set(1 if status == "ready" else 0)
+        for served in self.models.values():  # the models riding on this one change with it
+            self.metrics.child(self.metrics.model_ready, served.id).set(1 if self.is_ready(served) else 0)
         self.metrics.ready.set(1 if self.all_ready() else 0)
         every_failed = all(m.status == "failed" for m in self.models.values())
         if not every_failed:
             self.failed_since = None
         elif self.failed_since is None:
             self.failed_since = time.monotonic()
+
+    def rides_on(self, model: ServedModel) -> list[ServedModel]:
+        """The served models this one answers through: the one that owns the Triton model it runs on (a zero-shot
+        head or a decisions card over an embedder) and its decision family's required components."""
+        out = [m for m in self.models.values() if m is not model and m.card.triton_model is None
+               and m.card.triton_name == model.card.triton_name]
+        components = model.family.components() if model.family is not None else []
+        out += [self.models[name] for name in components if name in self.models and self.models[name] is not model]
+        return list({id(m): m for m in out}.values())
+
+    def status_of(self, model: ServedModel, seen: frozenset[str] = frozenset()) -> tuple[str, str | None]:
+        """A model's status as served: its own, unless a model it rides on is not ready (Triton's model frozen,
+        reloading, failed), in which case it cannot answer either: then degraded (or that model's early status,
+        loading/warming) with the reason naming what it rides on."""
+        if model.status != "ready":
+            return model.status, model.reason
+        for base in self.rides_on(model):
+            if base.id in seen:
+                continue
+            status, reason = self.status_of(base, seen | {model.id})
+            if status != "ready":
+                shown = status if status in _EARLY else "degraded"
+                return shown, f"it runs on model {base.id}, which is {status}" + (f": {reason}" if reason else "")
+        return "ready", None
+
+    def is_ready(self, model: ServedModel) -> bool:
+        return self.status_of(model)[0] == "ready"
 
     def liveness(self) -> tuple[bool, str | None]:
         """Alive unless every model has been failed for longer than --liveness-failed-seconds: such a process
@@ -169,7 +197,7 @@ class Runtime:
                 self.set_status(model, "failed", reason)
 
     def all_ready(self) -> bool:
-        return bool(self.models) and all(m.ready for m in self.models.values()) and not self.draining
+        return bool(self.models) and all(self.is_ready(m) for m in self.models.values()) and not self.draining
 
     def process_status(self) -> tuple[str, str | None]:
         models = list(self.models.values())
@@ -177,21 +205,22 @@ class Runtime:
             return "degraded", "the process is shutting down"
         if not models:
             return "failed", "no model is configured"
-        if all(m.ready for m in models):
+        statuses = {m.id: self.status_of(m) for m in models}
+        if all(s == "ready" for s, _ in statuses.values()):
             return "ready", None
         for early in _EARLY:
-            if any(m.status == early for m in models):
-                first = next(m for m in models if m.status == early)
-                return early, self._reason(first, len(models) > 1)
-        if all(m.status == "failed" for m in models):
+            if any(statuses[m.id][0] == early for m in models):
+                first = next(m for m in models if statuses[m.id][0] == early)
+                return early, self._reason(first, statuses[first.id], len(models) > 1)
+        if all(s == "failed" for s, _ in statuses.values()):
             first = models[0]
-            return "failed", self._reason(first, len(models) > 1)
-        first = next(m for m in models if not m.ready)
-        return "degraded", self._reason(first, True)
+            return "failed", self._reason(first, statuses[first.id], len(models) > 1)
+        first = next(m for m in models if statuses[m.id][0] != "ready")
+        return "degraded", self._reason(first, statuses[first.id], True)
 
     @staticmethod
-    def _reason(model: ServedModel, prefix: bool) -> str | None:
-        reason = model.reason or f"model {model.id} is {model.status}"
+    def _reason(model: ServedModel, status: tuple[str, str | None], prefix: bool) -> str | None:
+        reason = status[1] or f"model {model.id} is {status[0]}"
         return f"{model.id}: {reason}" if prefix else reason
 
     # -- resolution -------------------------------------------------------------------------------------------
@@ -212,9 +241,9 @@ class Runtime:
         if surface not in model.card.surfaces:
             raise ApiError("unsupported_surface",
                            f"model {model.id} serves {', '.join(model.card.surfaces)}, not {surface}")
-        if not model.ready or self.draining:
-            why = "the process is shutting down" if self.draining else (model.reason or f"model {model.id} is "
-                                                                        f"{model.status}")
+        status, reason = self.status_of(model)
+        if status != "ready" or self.draining:
+            why = "the process is shutting down" if self.draining else (reason or f"model {model.id} is {status}")
             raise ApiError("not_ready", why)
         return model
 

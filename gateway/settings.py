@@ -1,22 +1,28 @@
 """One typed settings object. Every field is a CLI flag of `sr-gateway serve` and has an `SR_GATEWAY_*` env twin.
 
-Precedence: flag > environment > default. The configuration table in README.md lists them.
+Precedence: flag > environment > default (the mechanism is sr_common.settings, shared with the control plane); an
+invalid value stops the start with a SettingsError naming the setting. The configuration table in README.md lists
+them.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
+
+from sr_common.settings import SettingsBase, SettingsError
+
+__all__ = ["DEFAULT_REPOSITORY", "ENV_PREFIX", "Settings", "SettingsError"]
 
 ENV_PREFIX = "SR_GATEWAY_"
 DEFAULT_REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(SettingsBase):
+    ENV_PREFIX: ClassVar[str] = ENV_PREFIX
+
     host: str = field(default="127.0.0.1", metadata={"help": "address the HTTP API binds to"})
     port: int = field(default=8080, metadata={"help": "HTTP port"})
     model_repository: Path = field(default=DEFAULT_REPOSITORY,
@@ -62,47 +68,21 @@ class Settings:
         "help": "how long every model may stay failed (or Triton given up on) before /health/live answers 503, so "
                 "the orchestrator replaces the process (0 = never)"})
 
-    @staticmethod
-    def env_name(name: str) -> str:
-        return ENV_PREFIX + name.upper()
-
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        for f in fields(cls):
-            flag = "--" + f.name.replace("_", "-")
-            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(),
-                                help=f"{f.metadata['help']} (env {cls.env_name(f.name)}, default {f.default})")
-
-    @classmethod
-    def resolve(cls, args: argparse.Namespace | None = None, environ: dict[str, str] | None = None) -> Settings:
-        """Flag, else env twin, else default; values are converted to the field's type and checked."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = getattr(args, f.name, None) if args is not None else None
-            if raw is None:
-                raw = env.get(cls.env_name(f.name))
-            if raw is None:
-                continue
-            kind: Any = type(f.default)
-            try:
-                values[f.name] = kind(raw)
-            except ValueError as exc:
-                raise SystemExit(f"{f.name}: {raw!r} is not a valid {kind.__name__}") from exc
-        settings = cls(**values)
-        if settings.max_request_bytes < 1:
-            raise SystemExit("max_request_bytes must be at least 1")
-        if settings.result_cache not in ("exact", "all", "off"):
-            raise SystemExit(f"result_cache must be exact, all or off, not {settings.result_cache!r}")
-        if settings.systemone_schema not in ("vllm-sr/5.0", "vllm-sr/4.0"):
-            raise SystemExit(f"systemone_schema must be vllm-sr/5.0 or vllm-sr/4.0, not {settings.systemone_schema!r}")
-        if settings.log_format not in ("text", "json"):
-            raise SystemExit(f"log_format: {settings.log_format!r} is not text or json")
-        if settings.model_retry_seconds < 0 or settings.liveness_failed_seconds < 0:
-            raise SystemExit("model_retry_seconds and liveness_failed_seconds must not be negative")
-        if settings.triton_check_seconds <= 0 or settings.triton_restart_backoff_seconds < 0:
-            raise SystemExit("triton_check_seconds must be positive and triton_restart_backoff_seconds not negative")
-        return settings
+    def validate(self) -> None:
+        """The values no deployment could want, refused at start with the setting named."""
+        if self.max_request_bytes < 1:
+            raise self.error("max_request_bytes", "must be at least 1")
+        if self.result_cache not in ("exact", "all", "off"):
+            raise self.error("result_cache", f"must be exact, all or off, not {self.result_cache!r}")
+        if self.systemone_schema not in ("vllm-sr/5.0", "vllm-sr/4.0"):
+            raise self.error("systemone_schema", f"must be vllm-sr/5.0 or vllm-sr/4.0, not {self.systemone_schema!r}")
+        if self.log_format not in ("text", "json"):
+            raise self.error("log_format", f"{self.log_format!r} is not text or json")
+        for name in ("model_retry_seconds", "liveness_failed_seconds", "triton_restart_backoff_seconds"):
+            if getattr(self, name) < 0:
+                raise self.error(name, f"must not be negative, got {getattr(self, name)}")
+        if self.triton_check_seconds <= 0:
+            raise self.error("triton_check_seconds", f"must be positive, got {self.triton_check_seconds}")
 
     @property
     def model_ids(self) -> list[str]:

@@ -24,7 +24,7 @@ import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 
-from sr_backend.engines.configs import CONFIG_NAME, ConfigError, refresh
+from sr_common.tuned_config import CONFIG_NAME, ConfigError, refresh
 
 log = logging.getLogger("sr_gateway.triton")
 

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from sr_backend.engines.configs import model_parameter
 from sr_backend.image_runners import load_classifier, load_ocr
+from sr_common.engine_choice import model_parameter
 
 
 class TritonPythonModel:

@@ -23,9 +23,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from sr_backend.engines import load_engine
-from sr_backend.engines.configs import model_parameter, parameters
 from sr_backend.engines.ort_gpu import OrtGpuEngine, gpu_request
 from sr_backend.ragged import RaggedRunner, Row
+from sr_common.engine_choice import model_parameter, parameters
 
 
 class TritonPythonModel:

@@ -17,7 +17,6 @@ alone. The served model reads the parameters in sr_backend (see docs/operations.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from sr_backend.engines.configs import generated_config
+from sr_common.config_text import ConfigError, ConfigText
+from sr_common.tuned_config import generated_config
 
 OPT_SHAPE = (64, 128)
 MAX_BATCH_ROWS = 256
@@ -60,14 +60,16 @@ def profile(names: list[str], max_tokens: int, max_rows: int = MAX_BATCH_ROWS) -
 
 
 def gpu_config(config: str, parameters: dict[str, str]) -> str:
-    """config.pbtxt with one GPU instance and the given parameters (replacing any of the same key)."""
-    out, count = re.subn(r"instance_group\s*\[[^\]]*\]", "instance_group [ { kind: KIND_GPU, count: 1 } ]", config)
-    if count != 1:
-        raise RuntimeError("config.pbtxt has no single instance_group to move to the GPU")
+    """config.pbtxt with one GPU instance and the given parameters (replacing any of the same key), edited in place
+    (sr_common.config_text: the author's comments and layout kept)."""
+    text = ConfigText(config)
+    try:
+        text.set_instances(1, kind="KIND_GPU")
+    except ConfigError as exc:
+        raise RuntimeError(f"config.pbtxt has no single instance_group to move to the GPU: {exc}") from exc
     for key, value in parameters.items():
-        out = re.sub(rf'parameters:\s*\{{\s*key:\s*"{re.escape(key)}".*\n', "", out)
-        out += f'parameters: {{ key: "{key}", value: {{ string_value: "{value}" }} }}\n'
-    return out
+        text.set_parameter(key, value)
+    return text.text
 
 
 def _feeds(names: list[str], ids: np.ndarray) -> dict[str, np.ndarray]:

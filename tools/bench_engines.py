@@ -129,7 +129,7 @@ def bench_model(model: str, host: Host, seconds: float, threads: int,
         elif (engine, precision) == ("openvino", "int8"):  # NNCF, calibrated like `models tune` does
             from gateway.cards import discover
             from sr_backend.engines.openvino_engine import ensure_int8_nncf
-            from sr_build.tune import calibration_feeds
+            from sr_build.tune_samples import calibration_feeds
 
             recipe = "nncf"
             card = discover(REPO, [model])[0]

@@ -27,7 +27,7 @@ from PIL import Image
 from gateway.heads import softmax
 from gateway.images.decode import decode_async
 from gateway.images.preprocess import efficientnet_lite
-from sr_build.tune import sample_photos
+from sr_build.tune_samples import sample_photos
 from tools.benchlib import (
     ROOT,
     InProcessBatcher,

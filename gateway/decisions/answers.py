@@ -31,6 +31,8 @@ class Outcome:
     probabilities: np.ndarray
     spans: list[dict[str, Any]] = field(default_factory=list)
     box: dict[str, float] | None = None  # box questions: fractions of the image, top-left origin
+    time: float | None = None  # box with `at`: the moment of the video located in (seconds)
+    track: list[dict[str, Any]] | None = None  # track: {time, box, confidence, visible} per sampled moment
 
 
 def confidence(p: np.ndarray, formula: str) -> float:
@@ -56,10 +58,14 @@ def assemble(q: Question, outcome: Outcome, formulas: dict[str, str], threshold:
              ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """(answers by answer id, extras: {"sets"|"spans": ...}) for one answered question."""
     p = np.asarray(outcome.probabilities, dtype=np.float64)
+    if q.type == "track":  # its moments were rounded where they were located (gateway/videos/tracking.py)
+        assert outcome.track is not None
+        return {q.id: {"type": "track", "track": outcome.track}}, {}
     if q.type == "box":  # confidence may be null (nothing to choose between), never another non-finite value
         assert outcome.box is not None
         conf = None if np.isnan(p[0]) else _round(p[0])
-        return {q.id: {"type": "box", "box": outcome.box, "confidence": conf}}, {}
+        moment = {} if outcome.time is None else {"time": _round(outcome.time)}
+        return {q.id: {"type": "box", "box": outcome.box, "confidence": conf, **moment}}, {}
     ensure_finite(p)
     coverage = {"input_coverage": "complete"} if q.require_full_input else {}
     if q.type == "choice":

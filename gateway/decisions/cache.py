@@ -23,13 +23,20 @@ class Cached:
     outcome: Outcome
     view_tokens: int
     question_tokens: int
+    tokens_lower_bound: bool = False
 
 
 def key(model: ServedModel, ask: Ask, max_tokens: int | None) -> bytes:
+    """Everything an answer depends on. The view's text alone is not enough: its part names switch the pair term
+    (the same text under `request`/`candidate` and under other names is scored differently), and its images are
+    read (OCR lines, the box target) after the text is rendered, so each picture enters by number and digest."""
     q = ask.question
+    own = {id(p) for p in ask.own_pictures}
+    pictures = [(p.number, p.key, id(p) in own) for p in ask.pictures]
     return orjson.dumps([model.id, model.card.revision, model.card.model_sha256, ask.view.text, ask.view.parts,
-                         q.type, q.instructions, [(o.key, o.description) for o in q.options], q.threshold,
-                         q.overflow, max_tokens])
+                         ask.view.keys, pictures, q.type, q.instructions, [(o.key, o.description) for o in q.options],
+                         q.threshold, q.overflow, q.over, q.preset, q.require_full_input,
+                         sorted(q.extra.items()) if q.extra else None, max_tokens])
 
 
 class ResultCache:

@@ -9,6 +9,7 @@ question or one whose input is too long fails alone; a rejected entry fails only
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,21 +19,22 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 from ..assets import Assets
 from ..errors import ApiError, ItemCode, ItemError, QuestionCode, no_answer
 from ..runtime import Runtime, ServedModel
-from ..surfaces.common import Strict, parse, response_meta
+from ..surfaces.common import MIN_DEADLINE_MS, Strict, parse, response_meta
 from ..timing import Timing, charge, charge_model
 from .answers import assemble
 from .cache import Cached, ResultCache
 from .cache import key as cache_key
 from .families import Ask, Context, Family, Phases, family_for
-from .media import EntryMedia, decode, substitute
+from .media import EntryMedia, answer_with_videos, decode, read_videos, reads_video, substitute, video_question
 from .questions import Invalid, Question, QuestionError, check_collisions, validate
 from .state import OMITTED, State, parse_state
 
+log = logging.getLogger("sr_gateway.http")
 ENTRY_FIELDS = {"state", "questions", "images", "videos"}
 
 
 class DecisionOptions(Strict):
-    deadline_ms: float | StrictInt | None = Field(default=None, gt=0)
+    deadline_ms: float | StrictInt | None = Field(default=None, ge=MIN_DEADLINE_MS)
     return_meta: StrictBool = False
     max_tokens: StrictInt | None = Field(default=None, ge=1)
     long_context: StrictBool = False
@@ -59,6 +61,13 @@ class Failure:
     code: ItemCode | QuestionCode
     message: str
     reason: str | None = None
+
+
+def rejected(q: Question | Invalid, rejection: ApiError) -> Failure:
+    """A question of a rejected entry. The spec answers every such question with invalid_input, reason
+    input_malformed, and the rejection's message, whatever was rejected (an image, a video, an asset, roles or
+    the token count); a limit's own reason (request_tokens) is the request's, when every entry is rejected."""
+    return Failure(q.id, q.type, "invalid_input", rejection.message, "input_malformed")
 
 
 @dataclass
@@ -139,7 +148,7 @@ def _questions(raw: Any, where: str) -> dict[str, Any]:
 def _entry(model: ServedModel, fam: Family, name: str | None, media: EntryMedia, roles: Any) -> Entry:
     where = "questions" if name is None else f"states.{name}.questions"
     questions = _questions(media.questions, where)
-    state = parse_state(media.state, roles, where="state" if name is None else f"states.{name}.state")
+    state, roles_error = _state(media.state, roles, "state" if name is None else f"states.{name}.state")
     spec = model.card.decisions
     assert spec is not None
     placements = set(model.card.image_placements)
@@ -150,7 +159,9 @@ def _entry(model: ServedModel, fam: Family, name: str | None, media: EntryMedia,
             try:
                 fam.check(q)
                 state.span_view(q.over) if q.type == "span" else state.view(q.over)
-                if q.type == "box":
+                if reads_video(q):
+                    q = video_question(model, fam, q, media)
+                elif q.type == "box":
                     _box_target(model, q, media)
                 outside = media.question_places.get(qid, set()) - placements
                 if outside:
@@ -160,7 +171,7 @@ def _entry(model: ServedModel, fam: Family, name: str | None, media: EntryMedia,
             except QuestionError as exc:
                 q = Invalid(qid, q.type, str(exc), exc.code)
         checked.append(q)
-    entry = Entry(name, state, check_collisions(checked), media=media)
+    entry = Entry(name, state, check_collisions(checked), rejected=roles_error, media=media)
     modalities = list(model.card.modalities or ["text"])
     # Images in the state need the modality; images in a question fail that question by placement (above).
     used = {"images": bool(media.images), "videos": bool(media.videos)}
@@ -171,12 +182,24 @@ def _entry(model: ServedModel, fam: Family, name: str | None, media: EntryMedia,
     return entry
 
 
+def _state(value: Any, roles: Any, where: str) -> tuple[State, ApiError | None]:
+    """The entry's state, and the rejection of the request's `roles` for it: top-level roles apply to every entry
+    of a batch, so roles naming a part one entry lacks reject that entry (alone: the request), not the batch."""
+    try:
+        return parse_state(value, roles, where=where), None
+    except ApiError as exc:
+        if roles is OMITTED or roles is None:
+            raise
+        try:
+            state = parse_state(value, None, where=where)
+        except ApiError:
+            raise exc from None
+        return state, exc
+
+
 def _box_target(model: ServedModel, q: Question, media: EntryMedia) -> None:
     """A box question locates what its instructions describe in the one image they reference, else in the
-    state's only image; `at` (a moment of a video) needs a model that reads videos."""
-    if "at" in q.extra and "video" not in model.card.modalities:
-        raise QuestionError(f"box questions with `at` locate a moment of a video; model {model.id} reads no "
-                            "videos", "box_unsupported")
+    state's only image (with `at`, in the state's video: media.video_question)."""
     own = media.question_images.get(q.id, [])
     if len(own) > 1:
         raise QuestionError(f"the instructions reference {len(own)} images; a box question locates in one",
@@ -280,6 +303,7 @@ class Plan:
     started: float
     long_context: bool = False
     phases: list[Phases] = field(default_factory=list)
+    error: ApiError | None = None  # the request failed as a whole while its questions were answered
 
 
 async def plan(runtime: Runtime, model: ServedModel, req: DecisionRequest, timing: Timing | None, *,
@@ -291,6 +315,7 @@ async def plan(runtime: Runtime, model: ServedModel, req: DecisionRequest, timin
     started = time.perf_counter()
     entries = build_entries(model, req, parts, leading=leading)
     await _decode(model, entries)
+    await read_videos(model, entries)
     for entry in entries:
         if entry.rejected is None:
             _request_tokens(model, entry)
@@ -326,42 +351,83 @@ async def run(runtime: Runtime, plans: list[Plan]) -> None:
         groups.setdefault((p.model.id, o.deadline_ms, o.max_tokens, p.long_context), []).append(p)
 
     async def one(group: list[Plan]) -> None:
-        first = group[0]
-        model, max_tokens = first.model, first.req.options.max_tokens
-        cache = result_cache(runtime, model)
-        todo: list[tuple[Ask, bytes | None]] = []
-        for ask in (a for p in group for a in p.asks):
-            k = cache_key(model, ask, max_tokens) if cache is not None else None
-            hit = cache.get(k) if cache is not None and k is not None else None
-            if cache is not None:
-                runtime.metrics.child(runtime.metrics.result_cache, model.id, "hit" if hit else "miss").inc()
-            if hit is not None:
-                ask.outcome, ask.view_tokens, ask.question_tokens = hit.outcome, hit.view_tokens, hit.question_tokens
-            else:
-                todo.append((ask, k))
-        if not todo:
+        """One pass for the group; where it fails as a whole (admission: overload, --max-queue, out of memory),
+        each request is answered again on its own, so each gets the status it would get alone."""
+        try:
+            await _answer_together(runtime, group)
             return
-        ctx = Context(runtime, model, first.req.options.deadline_ms, max_tokens, min(p.started for p in group),
-                      first.long_context)
-        phases = await family(model).answer(ctx, [a for a, _ in todo])
+        except ApiError as exc:
+            if len(group) == 1:
+                group[0].error = exc
+                return
+        except Exception:
+            log.exception("unhandled error answering %d decisions requests", len(group))
+            for p in group:
+                p.error = ApiError("internal_error", "internal error; see the gateway log")
+            return
         for p in group:
-            p.phases = phases
-        if cache is not None:
-            for ask, k in todo:
-                if k is not None and ask.error is None and ask.outcome is not None:
-                    cache.put(k, Cached(ask.outcome, ask.view_tokens, ask.question_tokens))
+            _forget_answers(p)
+            await one([p])
 
     await asyncio.gather(*(one(g) for g in groups.values()))
 
 
+def _forget_answers(p: Plan) -> None:
+    """Clear what a failed pass left on a request's questions before it is answered again."""
+    for ask in p.asks:
+        ask.outcome, ask.error, ask.reason, ask.view_tokens, ask.question_tokens = None, None, None, 0, 0
+        ask.tokens_lower_bound = False
+        ask.seen.clear()
+    p.phases = []
+
+
+async def _answer_together(runtime: Runtime, group: list[Plan]) -> None:
+    """The questions of several requests in one pass through the family (cache hits skip the model)."""
+    first = group[0]
+    model, max_tokens = first.model, first.req.options.max_tokens
+    cache = result_cache(runtime, model)
+    todo: list[tuple[Ask, bytes | None]] = []
+    for ask in (a for p in group for a in p.asks):
+        k = cache_key(model, ask, max_tokens) if cache is not None else None
+        hit = cache.get(k) if cache is not None and k is not None else None
+        if cache is not None:
+            runtime.metrics.child(runtime.metrics.result_cache, model.id, "hit" if hit else "miss").inc()
+        if hit is not None:
+            ask.outcome, ask.view_tokens, ask.question_tokens = hit.outcome, hit.view_tokens, hit.question_tokens
+            ask.tokens_lower_bound = hit.tokens_lower_bound
+        else:
+            todo.append((ask, k))
+    if not todo:
+        return
+    ctx = Context(runtime, model, first.req.options.deadline_ms, max_tokens, min(p.started for p in group),
+                  first.long_context)
+    phases = await answer_with_videos(ctx, family(model), [a for a, _ in todo],
+                                      [e.media for p in group for e in p.entries if e.media is not None])
+    for p in group:
+        p.phases = phases
+    if cache is not None:
+        for ask, k in todo:
+            if k is not None and ask.error is None and ask.outcome is not None:
+                cache.put(k, Cached(ask.outcome, ask.view_tokens, ask.question_tokens, ask.tokens_lower_bound))
+
+
 def finish(runtime: Runtime, p: Plan) -> Answered:
+    """The request's answer; raises the error it failed with as a whole, if it did."""
+    if p.error is not None:
+        raise p.error
     mark = time.perf_counter()
     _question_limits(p)
-    last = max(p.phases, key=lambda x: x.done, default=Phases())
     out = {e.name: _assemble(runtime, p.model, e) for e in p.entries}
-    charge_model(p.timing, last.queue_ms, last.forward_ms)
+    queue_ms, forward_ms = model_time(p.phases)
+    charge_model(p.timing, queue_ms, forward_ms)
     charge(p.timing, "post", mark)
-    return Answered(p.model, out, any(e.name is not None for e in p.entries), last.queue_ms, last.forward_ms)
+    return Answered(p.model, out, any(e.name is not None for e in p.entries), queue_ms, forward_ms)
+
+
+def model_time(phases: list[Phases]) -> tuple[float, float]:
+    """(queue_ms, forward_ms) of a request: every model call it made (OCR, then the encoder, then the tagger)
+    counts, not only the last one to answer."""
+    return sum(x.queue_ms for x in phases), sum(x.forward_ms for x in phases)
 
 
 def _question_limits(p: Plan) -> None:
@@ -398,6 +464,7 @@ def _assemble(runtime: Runtime, model: ServedModel, entry: Entry) -> EntryAnswer
     thresholds: dict[str, float] = {}
     failures: list[Failure] = []
     views: dict[str, int] = {}
+    lower_bound = False  # some state was read only in part: its tokens count what was read (spec: long inputs)
     question_tokens = 0
     per_question = 0
     for q in entry.questions:
@@ -405,13 +472,13 @@ def _assemble(runtime: Runtime, model: ServedModel, entry: Entry) -> EntryAnswer
         if isinstance(q, Invalid):
             failure = Failure(q.id, q.type, q.code, q.message, "question_invalid")
         elif entry.rejected is not None:
-            failure = Failure(q.id, q.type, "invalid_input", entry.rejected.message,
-                              entry.rejected.reason or "input_malformed")
+            failure = rejected(q, entry.rejected)
         else:
             ask = by_id[q.id]
             if q.type in ("set", "span"):
                 thresholds[q.id] = q.threshold if q.threshold is not None else spec.thresholds.get(q.type, 0.5)
             views[ask.view.text] = ask.view_tokens
+            lower_bound = lower_bound or ask.tokens_lower_bound
             per_question += ask.view_tokens + ask.question_tokens
             question_tokens += ask.question_tokens
             if ask.error is None and ask.outcome is not None:
@@ -441,6 +508,8 @@ def _assemble(runtime: Runtime, model: ServedModel, entry: Entry) -> EntryAnswer
     if thresholds:
         body["thresholds"] = thresholds
     body["usage"] = {"input_tokens": tokens, "output_tokens": 0}
+    if lower_bound:
+        body["usage"]["tokens_lower_bound"] = True
     return EntryAnswer(body, failures)
 
 
@@ -459,12 +528,13 @@ def render_decisions(answered: Answered, return_meta: bool) -> dict[str, Any]:
             body["meta"] = meta
         return body
     states = {}
-    total = 0
+    usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0}
     for name, entry in answered.entries.items():
         states[str(name)] = {**entry.body, **({"meta": meta} if meta is not None else {})}
-        total += entry.body["usage"]["input_tokens"]
-    out: dict[str, Any] = {"model": answered.model.id, "states": states,
-                           "usage": {"input_tokens": total, "output_tokens": 0}}
+        usage["input_tokens"] += entry.body["usage"]["input_tokens"]
+        if entry.body["usage"].get("tokens_lower_bound"):
+            usage["tokens_lower_bound"] = True
+    out: dict[str, Any] = {"model": answered.model.id, "states": states, "usage": usage}
     if meta is not None:
         out["meta"] = meta
     return out

@@ -227,8 +227,19 @@ def _validate(qid: str, raw: dict[str, Any], spec: DecisionSpec, model_id: str) 
     options = _options(qtype, raw) if qtype in LIST_FORM else ()
     extra = {k: raw[k] for k in FIELDS[qtype] if k in raw and k not in ("criteria", "threshold") and
              k != LIST_FORM.get(qtype)}
+    _moments(extra)
     return Question(qid, qtype, instructions, options, None if threshold is None else float(threshold),
                     preset if isinstance(preset, str) else None, _over(raw.get("over")), overflow, full, extra)
+
+
+def _moments(extra: dict[str, Any]) -> None:
+    """`at` (box) is a moment of the state's video in seconds; `rate` (track) samples it 1 or 2 times a second."""
+    at = extra.get("at")
+    if "at" in extra and (isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= at < float("inf")):
+        raise QuestionError("at must be a number of seconds from 0 (a moment of the state's video)")
+    rate = extra.get("rate")
+    if "rate" in extra and (isinstance(rate, bool) or rate not in (1, 2)):
+        raise QuestionError("rate must be 1 or 2 (samples a second)")
 
 
 def _preset(qid: str, raw: dict[str, Any], spec: DecisionSpec, model_id: str) -> Question:

@@ -18,11 +18,24 @@ from typing import Any
 
 from aiohttp import web
 
+from ..assets import share_parts
 from ..errors import QUESTION_STATUS, STATUS, SYSTEMONE_OVERLOADED, ApiError
 from ..runtime import Runtime
 from ..surfaces.common import Call, surface
 from ..timing import Timing
-from .engine import Answered, DecisionRequest, Failure, Plan, finish, parse_request, plan, render_decisions, run
+from .engine import (
+    Answered,
+    DecisionRequest,
+    Failure,
+    Plan,
+    finish,
+    model_time,
+    parse_request,
+    plan,
+    rejected,
+    render_decisions,
+    run,
+)
 from .questions import Invalid
 
 SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0")
@@ -79,8 +92,7 @@ def invalid_before_running(schema: str, p: Plan) -> SystemOneError | None:
             if isinstance(q, Invalid):
                 failures.append((e.name, Failure(q.id, q.type, q.code, q.message, "question_invalid")))
             elif e.rejected is not None:
-                failures.append((e.name, Failure(q.id, q.type, "invalid_input", e.rejected.message,
-                                                 e.rejected.reason or "input_malformed")))
+                failures.append((e.name, rejected(q, e.rejected)))
     return _failed(schema, failures)
 
 
@@ -162,6 +174,7 @@ def routes(schema: str) -> list[web.RouteDef]:
             if len(body["requests"]) > call.runtime.settings.max_bundle_tasks:
                 raise ApiError("request_too_large", f"the batch has {len(body['requests'])} requests; "
                                                     f"--max-bundle-tasks is {call.runtime.settings.max_bundle_tasks}")
+            parts = share_parts(body["requests"], call.parts, "request")
         except ApiError as exc:
             raise from_api_error(schema, exc) from exc
         mark = time.perf_counter()
@@ -171,7 +184,7 @@ def routes(schema: str) -> list[web.RouteDef]:
         for name, raw in body["requests"].items():
             try:
                 planned = await _plan(call.runtime, schema, raw, Timing(started=call.timing.started), long_context,
-                                      None)
+                                      parts[name])
                 early = invalid_before_running(schema, planned)
                 if early is not None:
                     raise early
@@ -185,12 +198,13 @@ def routes(schema: str) -> list[web.RouteDef]:
         for name, p in plans.items():
             try:
                 responses[name] = {"status": 200, "body": _respond(call.runtime, schema, p)}
-            except SystemOneError as err:
+            except ApiError as exc:  # failed as a whole: admission (each request is admitted as if alone)
+                err = exc if isinstance(exc, SystemOneError) else from_api_error(schema, exc)
                 responses[name] = {"status": err.status, "body": err.body()}
-        last = max((p.phases[-1] for p in plans.values() if p.phases), key=lambda x: x.done, default=None)
-        if last is not None:
-            call.timing.ms["queue"] += last.queue_ms
-            call.timing.ms["forward"] += last.forward_ms
+        # every model call of the batch once (requests answered in one pass share their phases)
+        queue_ms, forward_ms = model_time(list({id(x): x for p in plans.values() for x in p.phases}.values()))
+        call.timing.ms["queue"] += queue_ms
+        call.timing.ms["forward"] += forward_ms
         call.timing.add("post", mark)
         return {"responses": {name: responses[name] for name in body["requests"]}}
 

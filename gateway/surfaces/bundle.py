@@ -3,12 +3,14 @@
 The bundle fails as a whole only when it is malformed (400) or too large (413: more than --max-bundle-tasks tasks,
 or the body limit). Tasks run concurrently (Triton batches their inputs together); a failing task answers its own
 error with the status it would have had alone. `options.deadline_ms` applies to every task unless a task's own
-deadline is earlier. Server-Timing reports the queue/forward/post of the task answered last.
+deadline is earlier. Server-Timing reports the queue/forward/post of the task answered last. A multipart body's
+image parts go to the tasks whose `assets` name them (each part to exactly one asset, else the bundle is a 400).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,17 +19,19 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel
 
-from ..assets import inline_input_assets
+from ..assets import inline_input_assets, share_parts
 from ..decisions.engine import DecisionRequest, parse_request
 from ..decisions.surface import decide
 from ..errors import ApiError
 from ..runtime import Runtime, ServedModel
 from ..timing import Timing
 from .classify import ClassifyRequest, classify
-from .common import Call, parse, surface
+from .common import MIN_DEADLINE_MS, Call, parse, surface
 from .embeddings import EmbeddingsRequest, embed
 from .jobs import job_group
 from .rerank import RerankRequest, rerank
+
+log = logging.getLogger("sr_gateway.http")
 
 Work = Callable[[Runtime, ServedModel, Any, Call | None], Awaitable[dict[str, Any]]]
 
@@ -62,8 +66,8 @@ def _tasks(body: Any, limit: int) -> tuple[list[Task], float | None]:
         raise ApiError("invalid_request", "options takes only deadline_ms")
     deadline = options.get("deadline_ms")
     if "deadline_ms" in options and (isinstance(deadline, bool) or not isinstance(deadline, int | float)
-                                     or deadline <= 0):
-        raise ApiError("invalid_request", "options.deadline_ms must be a number above 0")
+                                     or deadline < MIN_DEADLINE_MS):
+        raise ApiError("invalid_request", f"options.deadline_ms must be a number of at least {MIN_DEADLINE_MS}")
     raw = body.get("tasks")
     if not isinstance(raw, list) or not raw:
         raise ApiError("invalid_request", "tasks must be a non-empty list")
@@ -103,21 +107,28 @@ def _with_deadline(body: dict[str, Any], deadline: float | None) -> dict[str, An
     return {**body, "options": {**(options or {}), "deadline_ms": deadline}}
 
 
-async def _run(call: Call, task: Task, deadline: float | None) -> tuple[dict[str, Any], Timing]:
+async def _run(call: Call, task: Task, deadline: float | None,
+               parts: dict[str, bytes] | None) -> tuple[dict[str, Any], Timing]:
+    """One task, answered as its own endpoint would answer it: its status, its error. A bug in one task is that
+    task's 500, never the bundle's."""
     timing = Timing(started=call.timing.started)
-    sub = Call(call.request, call.runtime, timing, task.body)
+    sub = Call(call.request, call.runtime, timing, task.body, parts)
     parser, work = SURFACES[task.surface]
     try:
         mark = time.perf_counter()
         body = task.body
         if task.surface in ("embeddings", "classify"):  # their image assets, as on their own endpoints
-            body = await inline_input_assets(body, None)
+            body = await inline_input_assets(body, parts)
         req = parser(_with_deadline(body, deadline))
         model = call.runtime.resolve(getattr(req, "model", None), task.surface)
         timing.add("tokenize", mark)
         answer = await work(call.runtime, model, req, sub)
     except ApiError as exc:
         return {"id": task.id, "status": exc.status, "error": exc.body()["error"]}, timing
+    except Exception:
+        log.exception("unhandled error in bundle task %r (%s)", task.id, task.surface)
+        error = ApiError("internal_error", "internal error; see the gateway log")
+        return {"id": task.id, "status": error.status, "error": error.body()["error"]}, timing
     timing.finish()
     return {"id": task.id, "status": 200, task.surface: answer}, timing
 
@@ -127,9 +138,10 @@ async def create_bundle(call: Call) -> dict[str, Any]:
     mark = time.perf_counter()
     call.timing.begin("tokenize")
     tasks, deadline = _tasks(call.body, call.runtime.settings.max_bundle_tasks)
+    parts = share_parts({t.id: t.body for t in tasks}, call.parts, "task")
     call.timing.add("tokenize", mark)
     with job_group():  # tasks for one model are one job group: identical inputs across them run once
-        done = await asyncio.gather(*(_run(call, t, deadline) for t in tasks))
+        done = await asyncio.gather(*(_run(call, t, deadline, parts[t.id]) for t in tasks))
     results = [r for r, _ in done]
     timings = [t for _, t in done]
     last = max(timings, key=lambda t: t.total_ms or 0.0)

@@ -24,6 +24,7 @@ from ..runtime import Runtime, ServedModel
 from ..text import InputTooLong, TextEncoder
 from ..timing import charge
 from .common import (
+    MIN_DEADLINE_MS,
     Call,
     Strict,
     check_inputs,
@@ -49,7 +50,7 @@ class ClassifyOptions(Strict):
     window: WindowOptions | None = None
     threshold: float | None = Field(default=None, ge=0, le=1)
     return_tokens: StrictBool = False
-    deadline_ms: float | StrictInt | None = Field(default=None, gt=0)
+    deadline_ms: float | StrictInt | None = Field(default=None, ge=MIN_DEADLINE_MS)
     return_meta: StrictBool = False
 
 
@@ -243,6 +244,8 @@ def token_probabilities(item: Item, results: list[np.ndarray]) -> tuple[np.ndarr
         keep = item.content[0]
         return softmax(results[0][keep]), [item.offsets[0][i] for i in keep]
     total = item.spans[-1][1]
+    if total == 0:  # a text the tokenizer reads as no token at all (windows hold only special tokens): no spans
+        return np.zeros((0, results[0].shape[-1]), dtype=np.float32), []
     owner = best_context_windows(item.spans, total)
     rows: list[np.ndarray] = []
     offsets: list[tuple[int, int]] = []

@@ -35,12 +35,17 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+# The smallest deadline_ms taken: one microsecond. A smaller positive number in JSON can round to 0.0 (1e-400) or
+# to a deadline no input can meet; one stated bound keeps the document and the server in step (schemathesis).
+MIN_DEADLINE_MS = 0.001
+
+
 class TextOptions(Strict):
     """Options of surfaces that read each text up to a token budget (embeddings, rerank)."""
 
     overflow: Literal["reject", "truncate"] = "reject"
     max_tokens: StrictInt | None = Field(default=None, ge=1)
-    deadline_ms: float | StrictInt | None = Field(default=None, gt=0)
+    deadline_ms: float | StrictInt | None = Field(default=None, ge=MIN_DEADLINE_MS)
     return_meta: StrictBool = False
 
 
@@ -53,13 +58,19 @@ def check_inputs(model: ServedModel, count: int, what: str = "input") -> None:
 
 def token_budget(model: ServedModel, max_tokens: int | None, ceiling: int | None = None,
                  ceiling_name: str = "max_input_tokens") -> int:
-    """options.max_tokens, capped by the card's limit (max_input_tokens unless a scan ceiling is given)."""
+    """options.max_tokens, capped by the card's limit (max_input_tokens unless a scan ceiling is given). A budget
+    that cannot hold the tokenizer's special tokens answers no input at all, so it is the request's error (the
+    served document states the smallest such bound as max_tokens' minimum)."""
     limit = ceiling if ceiling is not None else model.card.limits.max_input_tokens
     if max_tokens is None:
         return limit
     if max_tokens > limit:
         raise ApiError("invalid_request", f"options.max_tokens {max_tokens} exceeds model {model.id}'s "
                                           f"{ceiling_name} {limit}")
+    special = model.text_encoder().layout.size if "text" in model.card.modalities else 0
+    if max_tokens < special:
+        raise ApiError("invalid_request", f"options.max_tokens {max_tokens} is smaller than the {special} special "
+                                          f"tokens every input needs (model {model.id})")
     return max_tokens
 
 

@@ -17,14 +17,16 @@ OPENAPI_BYTES = OPENAPI_PATH.read_bytes()
 API_VERSION: str = yaml.safe_load(OPENAPI_BYTES)["info"]["version"]
 
 
-_DECISION_LIMITS = ("truncate_tokens", "validated_input_tokens", "max_request_tokens")  # shown where declared
+_DECISION_LIMITS = ("truncate_tokens", "validated_input_tokens", "max_request_tokens", "video_max_seconds",
+                    "box_video_max_seconds")  # shown where declared
 
 
-def model_card(model: ServedModel) -> dict[str, Any]:
+def model_card(model: ServedModel, runtime: Runtime) -> dict[str, Any]:
     card = model.card
+    status, reason = runtime.status_of(model)
     out: dict[str, Any] = {
         "id": card.id, "object": "model", "owned_by": card.owned_by, "family": card.family,
-        "ready": model.ready, "status": model.status, "reason": model.reason, "golden": model.golden,
+        "ready": status == "ready", "status": status, "reason": reason, "golden": model.golden,
         "surfaces": list(card.surfaces) if model.status != "failed" else [],
     }
     if model.status == "failed":  # what it would have been: its limits, where it was to run and how
@@ -69,7 +71,7 @@ async def list_models(request: web.Request) -> web.Response:
     return json_response({
         "object": "list", "api_version": API_VERSION, "systemone_schema": runtime.settings.systemone_schema,
         "models": [m.id for m in runtime.models.values()],
-        "data": [model_card(m) for m in runtime.models.values()],
+        "data": [model_card(m, runtime) for m in runtime.models.values()],
         "limits": {"max_request_bytes": runtime.settings.max_request_bytes,
                    "max_queue": runtime.settings.max_queue,
                    "max_bundle_tasks": runtime.settings.max_bundle_tasks},
@@ -82,7 +84,8 @@ def health_body(runtime: Runtime) -> tuple[int, dict[str, Any]]:
     body: dict[str, Any] = {"api_version": API_VERSION, "status": status, "reason": reason,
                             "model": next(iter(runtime.models)) if single else None}
     if not single:
-        body["models"] = {m.id: {"status": m.status, "reason": m.reason} for m in runtime.models.values()}
+        body["models"] = {m.id: dict(zip(("status", "reason"), runtime.status_of(m), strict=True))
+                          for m in runtime.models.values()}
     body["triton"] = dict(runtime.triton_health)
     return (200 if status == "ready" else 503), body
 
@@ -139,8 +142,7 @@ def _decision_cards(schemas: dict[str, Any], cards: list[Any]) -> None:
                                     if t in types]
     if "video" not in modalities:
         schemas["BoxQuestion"]["properties"].pop("at", None)
-        for name in ("DecisionStandardRequest", "DecisionStateEntry"):
-            schemas[name]["properties"]["videos"]["maxItems"] = 0
+        schemas["DecisionVideos"]["maxItems"] = 0  # both request forms refer to it
     if "image" not in modalities:
         schemas["DecisionImages"]["maxItems"] = 0
     presets: dict[str, set[str]] = {}
@@ -157,6 +159,28 @@ def _decision_cards(schemas: dict[str, Any], cards: list[Any]) -> None:
         if qtype in ("set", "span"):
             variant["properties"]["threshold"] = {"type": "number", "minimum": 0, "maximum": 1}
         schemas["Question"]["oneOf"].append(variant)
+
+
+# Options schemas whose max_tokens is a budget that pays for the special tokens first, by surface.
+_BUDGETS = {"EmbeddingsOptions": "embeddings", "ClassifyOptions": "classify", "RerankOptions": "rerank"}
+
+
+def _card_bounds(schemas: dict[str, Any], runtime: Runtime) -> None:
+    """Card facts every served model of a surface shares, stated where OpenAPI can: the heads a classify request
+    may name (the union of the served cards' heads: one card's head on another model stays a listed rule), and the
+    smallest token budget (one that cannot hold the tokenizer's special tokens answers nothing)."""
+    heads = sorted({h.name for m in runtime.models.values() if "classify" in m.card.surfaces
+                    for h in m.card.heads or []})
+    if heads:
+        head = schemas["ClassifyRequest"]["properties"]["head"]
+        head["enum"] = [*heads, None] if head.get("nullable") else heads
+    for name, surface in _BUDGETS.items():
+        readers = [m for m in runtime.models.values() if surface in m.card.surfaces and "text" in m.card.modalities]
+        if not readers:
+            continue
+        least = min(m.text_encoder().layout.size for m in readers)
+        budget = schemas[name]["properties"]["max_tokens"]
+        budget["minimum"] = max(int(budget.get("minimum", 1)), least)
 
 
 def served_document(runtime: Runtime) -> bytes:
@@ -179,6 +203,7 @@ def served_document(runtime: Runtime) -> bytes:
                 schema["properties"]["model"]["enum"] = [*names, None]
         _decision_cards(doc["components"]["schemas"], [m.card for m in runtime.models.values()
                                                         if "decisions" in m.card.surfaces])
+        _card_bounds(doc["components"]["schemas"], runtime)
         found = _SERVED[id(runtime)] = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120).encode()
     return found
 

@@ -94,15 +94,15 @@ def _quantised(onnx: Path, recipe: str) -> Path:
 
 
 def configured_choice(config: Path) -> dict[str, str]:
-    """engine, precision, threads, instances as a Triton config file names them (configs.choice_of)."""
-    from .configs import DEFAULTS, choice_of
+    """engine, precision, threads, instances as a Triton config file names them (sr_common.tuned_config.choice_of)."""
+    from sr_common.tuned_config import DEFAULTS, choice_of
 
     return choice_of(config.read_text()) if config.is_file() else dict(DEFAULTS)
 
 
 def served_choice(model_dir: Path) -> dict[str, str]:
     """The choice in the config Triton loads for this model directory (configs/tuned.pbtxt, else config.pbtxt)."""
-    from .configs import served_config
+    from sr_common.tuned_config import served_config
 
     return configured_choice(served_config(model_dir))
 

@@ -412,12 +412,58 @@ class Cluster:
         ver, plural = self.version(kind)
         await self.run(self.custom.delete_namespaced_custom_object, GROUP, ver, ns, plural, name)
 
-    async def set_status(self, kind: str, ns: str, name: str, status: dict[str, Any]) -> None:
-        """Play the KServe controller: write the status subresource."""
+    async def set_status(self, kind: str, ns: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        """Play the KServe controller: write the status subresource. For an InferenceService it first resolves
+        the runtime the object names, as KServe's predictor reconciler does; when that fails, the status written
+        is KServe's failure (``modelStatus`` with the reason), never the one asked for. Returns what was written."""
         ver, plural = self.version(kind)
+        if kind == "InferenceService":
+            obj = await self.get(kind, ns, name)
+            assert obj is not None, f"no InferenceService {ns}/{name}"
+            failure = await self.runtime_failure(ns, obj)
+            if failure is not None:
+                status = {"modelStatus": {"transitionStatus": "InvalidSpec",
+                                          "states": {"activeModelState": "", "targetModelState": "FailedToLoad"},
+                                          "lastFailureInfo": failure}}
         await self.run(
             self.custom.patch_namespaced_custom_object_status, GROUP, ver, ns, plural, name, {"status": status}
         )
+        return status
+
+    async def serving_runtime(self, ns: str, name: str) -> dict[str, Any] | None:
+        """KServe's lookup (isvcutils.GetServingRuntime): a ServingRuntime in the namespace, else the
+        ClusterServingRuntime of that name, else none."""
+        for fn, args in ((self.custom.get_namespaced_custom_object, (GROUP, "v1alpha1", ns, "servingruntimes", name)),
+                         (self.custom.get_cluster_custom_object, (GROUP, "v1alpha1", "clusterservingruntimes", name))):
+            try:
+                return dict(await self.run(fn, *args))
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        return None
+
+    async def runtime_failure(self, ns: str, isvc: dict[str, Any]) -> dict[str, str] | None:
+        """What KServe reports for the InferenceService's runtime (``lastFailureInfo``), ``None`` when it resolves:
+        missing, disabled, or not supporting the model format or protocol."""
+        model = ((isvc.get("spec") or {}).get("predictor") or {}).get("model") or {}
+        name = model.get("runtime")
+        assert name, "the control plane always names the runtime (an auto-selected one is not what it deploys)"
+        runtime = await self.serving_runtime(ns, name)
+        if runtime is None:
+            return {"reason": "RuntimeNotRecognized", "message": "Waiting for runtime to become available"}
+        spec = runtime.get("spec") or {}
+        if spec.get("disabled"):
+            return {"reason": "RuntimeDisabled", "message": "Specified runtime is disabled"}
+        protocol = model.get("protocolVersion") or "v1"
+        if protocol not in (spec.get("protocolVersions") or ["v1"]):
+            return {"reason": "NoSupportingRuntime",
+                    "message": "Specified runtime does not support specified protocol version"}
+        fmt = model.get("modelFormat") or {}
+        if not any(f.get("name") == fmt.get("name") and (not fmt.get("version") or f.get("version") == fmt["version"])
+                   for f in spec.get("supportedModelFormats") or []):
+            return {"reason": "NoSupportingRuntime",
+                    "message": "Specified runtime does not support specified framework/version"}
+        return None
 
     async def add_pod(
         self, kind: str, ns: str, workload: str, idx: int = 0, component: str = "workload"

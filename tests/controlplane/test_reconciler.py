@@ -120,7 +120,7 @@ async def test_drift_is_reported_and_a_delete_left_half_way_is_finished(
             text = await resp.text()
         assert 'sr_cp_reconciler_drift{kind="records_without_workload"}' in text
         assert "sr_cp_reconciler_lag_seconds" in text and "sr_cp_reconciler_leader 1.0" in text
-    assert await cluster.get(KIND, project.ns, "stray") is not None  # never touch what has no record
+    assert await cluster.get(KIND, project.ns, "stray") is not None  # no record: left alone for the grace period
 
 
 async def _absent(cluster: Cluster, ns: str, name: str) -> bool:

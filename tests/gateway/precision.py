@@ -17,7 +17,7 @@ from pathlib import Path
 from gateway.cards import Card, discover
 from gateway.runtime import served_precision
 from sr_backend.engines import served_choice
-from sr_backend.engines.configs import DEFAULTS, write_generated
+from sr_common.tuned_config import DEFAULTS, write_generated
 
 FP32 = {**DEFAULTS}
 

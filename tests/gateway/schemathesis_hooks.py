@@ -42,8 +42,9 @@ POSITIVE_RULES: dict[str, str] = {
     r"the first part of a multipart body must be `request`":
         "the multipart part `request` comes first (OpenAPI describes parts as object members, which have no order)",
     r"is not referenced by any asset|names part .* which the body does not have|asset .* is never used|"
-    r"is referenced by both asset":
-        "every asset is used and every multipart part is an asset's (references between request values)",
+    r"is referenced by (both asset|task|request)":
+        "every asset is used and every multipart part belongs to exactly one asset, of one task or batch request "
+        "(references between request values)",
     r"roles names parts|roles names parts of an object state":
         "roles name parts of an object state (keys of one value must be keys of another)",
     r"over names|a span question reads one part|over must name exactly one":
@@ -62,9 +63,13 @@ POSITIVE_RULES: dict[str, str] = {
         "ids, state, part and option names are not blank, asset references 1-1,024 bytes (OpenAPI 3.0 cannot "
         "constrain object keys)",
     # card facts
-    r"special tokens every input needs": "a token budget holds at least the tokenizer's special tokens (card)",
+    r"special tokens every input needs":
+        "a token budget holds at least the tokenizer's special tokens: the served document's max_tokens minimum is "
+        "the fewest any served model of the surface needs; a model (or a pair's frame) that needs more is its card's",
     r"exceeds model .*'s (max_input_tokens|max_scan_tokens)": "token budgets are capped by the card's limits",
-    r"has no head|takes \[.*\] inputs, not": "heads and the inputs each head takes are the card's",
+    r"has no head|takes \[.*\] inputs, not":
+        "the served document enumerates every served classify head; which model has which head, and the inputs "
+        "each head takes, are the card's",
     r"dimensions must be one of|layer must be one of|takes no input_type|input_type must be one of":
         "embedding dimensions, layers and input types are the card's",
     r"takes at most \d+ per request": "the most inputs per request is the card's limits.max_inputs",
@@ -75,6 +80,8 @@ POSITIVE_RULES: dict[str, str] = {
     r"must be a base64 data URL|not a PNG, JPEG or WebP image|GIF images|the image is empty|the image has|"
     r"header cannot be read|aspect ratio|animated|truncated or corrupt":
         "images are PNG, JPEG or WebP bytes within the size limits (content, not shape)",
+    r"videos\[\d+\](: | is not valid base64)":
+        "videos are MP4/QuickTime, WebM/Matroska or AVI bytes within the size and length limits (content, not shape)",
 }
 
 

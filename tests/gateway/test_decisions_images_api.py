@@ -127,9 +127,9 @@ def test_the_images_list_reads_data_urls_in_front_of_the_state(http: httpx.Clien
     ({"state": "<a> and <b>", "assets": {"<a>": asset(receipt_png()), "<b>": asset(blank_png())},
       "questions": {"b": {"type": "box", "instructions": "the total"}}}, "box_target_ambiguous"),
     ({"state": "<a>", "assets": {"<a>": asset(receipt_png())},
-      "questions": {"b": {"type": "box", "instructions": "the total", "at": 3}}}, "box_unsupported"),
+      "questions": {"b": {"type": "box", "instructions": "the total", "at": 3}}}, "box_needs_image"),  # no video
     ({"state": "<a>", "assets": {"<a>": asset(receipt_png())},
-      "questions": {"b": {"type": "track", "instructions": "the total"}}}, "track_unsupported"),
+      "questions": {"b": {"type": "track", "instructions": "the total"}}}, "box_needs_image"),
     ({"state": "the receipt", "assets": {"<a>": asset(receipt_png())},
       "questions": {"b": {"type": "choice", "instructions": "Which?",
                           "choices": [{"key": "x", "description": "like <a>"}, {"key": "y"}]}}},
@@ -158,7 +158,7 @@ def test_an_instruction_image_belongs_to_its_question_only(http: httpx.Client) -
     ({"state": "plain", "assets": {"<a>": asset(receipt_png())},
       "questions": {"q": {"type": "noul", "instructions": "i"}}}, "never used"),
     ({"state": "x", "videos": ["data:video/mp4;base64,AAAA"],
-      "questions": {"q": {"type": "noul", "instructions": "i"}}}, "does not read videos"),
+      "questions": {"q": {"type": "noul", "instructions": "i"}}}, "videos[0]: the bytes are not"),
 ])
 def test_a_rejected_image_or_video_fails_the_request_naming_it(http: httpx.Client, body: dict[str, Any],
                                                               message: str) -> None:

@@ -217,12 +217,13 @@ def test_engines_read_the_layered_output_as_pooled_and_rows_take_their_own_layer
 def test_the_precision_check_sees_every_layer() -> None:
     """`models tune` checks a faster precision at every declared layer: a candidate right at layer 6 but wrong at
     layer 3 is rejected."""
-    from sr_build.tune import _reference, check, every_layer, verification_rows
+    from sr_build.tune_samples import verification_rows
+    from sr_build.tune_text import check, every_layer, fp32_reference
 
     rows = verification_rows(CARD)
     layered = every_layer(CARD, rows)
     assert len(layered) == 2 * len(rows)
-    reference = _reference(ONNX, layered)
+    reference = fp32_reference(ONNX, layered)
     spec = CARD.precisions["int8"]
     assert check(CARD, spec, reference, reference)[0]
     wrong_at_3 = reference[len(rows):] + reference[len(rows):]  # layer 6's answers given for layer 3 too

@@ -28,11 +28,11 @@ from sr_backend.engines import (
     load_configured,
     load_engine,
 )
-from sr_backend.engines.configs import generated_config, is_stale, refresh
 from sr_backend.engines.host import detect
 from sr_backend.engines.ort_engine import quantize_int8
 from sr_backend.ragged import RaggedRunner
-from sr_build import tune
+from sr_build import tune, tune_measure, tune_samples, tune_text
+from sr_common.tuned_config import generated_config, is_stale, refresh
 
 from .conftest import serving
 
@@ -64,14 +64,14 @@ def repo_copy(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tune, "MIN_SECONDS", 0.05)
-    monkeypatch.setattr(tune, "MIN_REPEATS", 1)
-    monkeypatch.setattr(tune, "THROUGHPUT_SHAPE", (4, 64))
+    monkeypatch.setattr(tune_measure, "MIN_SECONDS", 0.05)
+    monkeypatch.setattr(tune_measure, "MIN_REPEATS", 1)
+    monkeypatch.setattr(tune_text, "THROUGHPUT_SHAPE", (4, 64))
 
 
 def test_openvino_and_onnxruntime_give_the_same_embeddings_through_the_ragged_runner() -> None:
     card = _card()
-    rows = tune.verification_rows(card)
+    rows = tune_samples.verification_rows(card)
     onnx = card.version_dir / "model.onnx"
     reference, _ = RaggedRunner(load_engine("onnxruntime", "fp32", onnx, 1), max_batch_tokens=64).run(rows)
     other, stats = RaggedRunner(load_engine("openvino", "fp32", onnx, 1), max_batch_tokens=64).run(rows)
@@ -85,7 +85,7 @@ def test_openvino_fp32_is_fp32_on_every_cpu_not_int8_activations_behind_an_f32_h
     tagger's logits then moved by 0.2 and two tokens changed label (AMD EPYC with avx512_vnni, 2026-12-01)."""
     card = discover(REPO, ["pii-rampart"])[0]
     onnx = card.version_dir / "model.onnx"
-    rows = tune.verification_rows(card)
+    rows = tune_samples.verification_rows(card)
     reference, _ = RaggedRunner(load_engine("onnxruntime", "fp32", onnx, 1), max_batch_tokens=256).run(rows)
     engine = load_engine("openvino", "fp32", onnx, 1)
     assert int(engine.compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")) == 0  # type: ignore[attr-defined]
@@ -118,17 +118,17 @@ def test_an_engine_without_the_precision_or_a_cpu_without_native_bf16_is_refused
 
 def test_int8_is_accepted_only_at_a_tolerance_its_answers_meet(tmp_path: Path) -> None:
     card = _card()
-    rows = tune.verification_rows(card)
+    rows = tune_samples.verification_rows(card)
     onnx = card.version_dir / "model.onnx"
     target = tmp_path / "model.int8.onnx"
     quantize_int8(onnx, target)
     reference, _ = RaggedRunner(load_engine("onnxruntime", "fp32", onnx, 1)).run(rows)
     quantised, _ = RaggedRunner(load_engine("onnxruntime", "int8", tmp_path / "model.onnx", 1)).run(rows)
-    ok, metrics, _ = tune.check(card, PrecisionSpec(min_cosine=0.9), reference, quantised)
+    ok, metrics, _ = tune_text.check(card, PrecisionSpec(min_cosine=0.9), reference, quantised)
     assert ok and 0.9 < metrics["min_cosine"] < 1.0  # int8 rounds: close, never identical
-    ok, _, why = tune.check(card, PrecisionSpec(min_cosine=0.99999), reference, quantised)
+    ok, _, why = tune_text.check(card, PrecisionSpec(min_cosine=0.99999), reference, quantised)
     assert not ok and "min cosine" in why
-    ok, _, why = tune.check(card, PrecisionSpec(max_prob_diff=0.5), reference, quantised)
+    ok, _, why = tune_text.check(card, PrecisionSpec(max_prob_diff=0.5), reference, quantised)
     assert not ok and "states no min_cosine" in why  # an embedding precision needs a cosine bound
 
 
@@ -137,10 +137,10 @@ def test_classifier_precisions_must_keep_the_argmax_and_stay_within_the_probabil
     reference = [np.array([2.0, -1.0]), np.array([-3.0, 3.0])]
     close = [np.array([2.01, -1.0]), np.array([-3.0, 3.02])]
     flipped = [np.array([-1.0, 2.0]), np.array([-3.0, 3.0])]
-    assert tune.check(card, PrecisionSpec(max_prob_diff=0.01), reference, close)[0]
-    ok, metrics, why = tune.check(card, PrecisionSpec(max_prob_diff=0.99), reference, flipped)
+    assert tune_text.check(card, PrecisionSpec(max_prob_diff=0.01), reference, close)[0]
+    ok, metrics, why = tune_text.check(card, PrecisionSpec(max_prob_diff=0.99), reference, flipped)
     assert not ok and metrics["argmax_mismatches"] == 1 and "argmax" in why
-    ok, _, why = tune.check(card, PrecisionSpec(max_prob_diff=1e-6), reference, close)
+    ok, _, why = tune_text.check(card, PrecisionSpec(max_prob_diff=1e-6), reference, close)
     assert not ok and "probability difference" in why
 
 
@@ -166,7 +166,7 @@ def test_tuning_writes_its_choice_into_a_generated_config_and_is_cached_per_host
     authored = (repo_copy / MODEL / "config.pbtxt").read_text()
     first = tune.tune_model(card, engine="onnxruntime", precision="fp32", log=lambda _: None)
     assert first.source == "override" and (first.engine, first.precision) == ("onnxruntime", "fp32")
-    assert (first.instances, first.threads) in tune._layouts(detect().cores)
+    assert (first.instances, first.threads) in tune_measure.cpu_layouts(detect().cores)
     written = tune.read_config_choice(repo_copy / MODEL)
     assert written == {"engine": "onnxruntime", "precision": "fp32", "threads": str(first.threads),
                        "instances": str(first.instances), "int8_recipe": "dynamic"}
@@ -199,7 +199,7 @@ def test_the_tuner_serves_the_fastest_passing_candidate_and_says_why_the_others_
 
     chosen = by[(choice.engine, choice.precision, choice.int8_recipe if choice.precision == "int8" else "")]
     assert chosen["status"] == "measured"
-    assert all(loss(chosen) <= loss(c) * tune.MARGIN for c in measured)  # nobody beats it beyond the noise margin
+    assert all(loss(chosen) <= loss(c) * tune_measure.MARGIN for c in measured)  # nobody beats it beyond the noise
     assert by[("onnxruntime", "bf16", "")]["status"] == "unavailable"
     spec = card.precisions["int8"]
     assert spec.min_cosine is not None
@@ -240,7 +240,7 @@ def test_a_model_tuned_to_another_engine_is_served_by_triton_and_passes_its_gold
         assert got.status_code == 200
         vector = np.array(got.json()["data"][0]["embedding"])
         reference, _ = RaggedRunner(load_engine("onnxruntime", "fp32", card.version_dir / "model.onnx", 1)).run(
-            [tune.verification_rows(card)[1]])
+            [tune_samples.verification_rows(card)[1]])
         assert float(np.dot(vector, reference[0]) / np.linalg.norm(reference[0])) > 0.99999
 
 
@@ -319,15 +319,15 @@ def test_openvino_int8_is_an_nncf_ir_made_once_from_real_texts_and_passes_prompt
     assert target.name == "model.int8-nncf.xml"
     with pytest.raises(EngineError, match="missing"):
         load_engine("openvino", "int8", onnx, recipe="nncf")
-    feeds = tune.calibration_feeds(card, card.version_dir / "model.onnx")
+    feeds = tune_samples.calibration_feeds(card, card.version_dir / "model.onnx")
     assert ensure_int8_nncf(onnx, target, feeds) and target.with_suffix(".bin").is_file()
     assert not ensure_int8_nncf(onnx, target, feeds)  # recorded beside it: not made again
     engine = load_engine("openvino", "int8", onnx, 1, recipe="nncf")
     assert (engine.name, engine.precision) == ("openvino", "int8")
-    rows = tune.verification_rows(card)
+    rows = tune_samples.verification_rows(card)
     reference, _ = RaggedRunner(load_engine("onnxruntime", "fp32", onnx, 1), max_batch_tokens=2048).run(rows)
     answers, _ = RaggedRunner(engine, max_batch_tokens=2048).run(rows)
-    ok, metrics, why = tune.check(card, card.precisions["int8"], reference, answers)
+    ok, metrics, why = tune_text.check(card, card.precisions["int8"], reference, answers)
     assert ok, why
     assert 0 < metrics["max_prob_diff"] <= 0.01  # int8 really ran: not bit-equal to fp32, within the card's bound
     with pytest.raises(EngineError, match="nncf"):
@@ -338,9 +338,9 @@ def test_openvino_int8_is_an_nncf_ir_made_once_from_real_texts_and_passes_prompt
 
 def test_static_int8_calibrates_on_real_request_texts_not_on_the_verification_texts() -> None:
     card = _card()
-    feeds = tune.calibration_feeds(card, card.version_dir / "model.onnx")
-    assert len(feeds) == tune.CALIBRATION_ROWS and {"input_ids", "attention_mask"} <= set(feeds[0])
-    verification = {tuple(r.tolist()) for r in tune.verification_rows(card)}
+    feeds = tune_samples.calibration_feeds(card, card.version_dir / "model.onnx")
+    assert len(feeds) == tune_samples.CALIBRATION_ROWS and {"input_ids", "attention_mask"} <= set(feeds[0])
+    verification = {tuple(r.tolist()) for r in tune_samples.verification_rows(card)}
     assert not any(tuple(f["input_ids"][0].tolist()) in verification for f in feeds)
     assert len({f["input_ids"].shape[1] for f in feeds}) > 1  # each row at its own length, no padding calibrated
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from sr_backend.engines.configs import generated_config, write_generated
 from sr_build.gpu import build_gpu_repository, gpu_config
+from sr_common.tuned_config import generated_config, write_generated
 
 from .conftest import BIN, ROOT
 from .test_serve_process import copy_model

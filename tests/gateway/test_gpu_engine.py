@@ -16,9 +16,10 @@ import onnxruntime as ort
 import pytest
 
 from sr_backend.engines import EngineError, load_engine
-from sr_backend.engines.configs import parameters, text_parameters
 from sr_backend.engines.ort_gpu import GpuRequest, gpu_request
 from sr_build import gpu
+from sr_common.config_text import text_parameters
+from sr_common.engine_choice import parameters
 
 from .conftest import ROOT, serving
 from .test_serve_process import copy_model

@@ -72,6 +72,10 @@ def test_openapi_yaml_is_the_file_with_the_served_models_named_and_required(http
     assert bare == presets
     for name in ("Question", "BoxQuestion", "DecisionImages", "DecisionStandardRequest", "DecisionStateEntry"):
         file["components"]["schemas"][name] = schemas[name]  # what the decision cards answer and read
+    for name in ("EmbeddingsOptions", "ClassifyOptions", "RerankOptions"):  # budgets hold the special tokens
+        least = schemas[name]["properties"]["max_tokens"]["minimum"]
+        assert least >= file["components"]["schemas"][name]["properties"]["max_tokens"]["minimum"]
+        file["components"]["schemas"][name] = schemas[name]
     assert served == file  # nothing else differs
     assert http.post("/v1/embeddings", json={"input": "x"}).status_code == 400
 

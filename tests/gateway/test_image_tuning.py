@@ -18,9 +18,9 @@ import pytest
 
 from gateway.cards import load_card
 from sr_backend.engines import configured_choice
-from sr_backend.engines.configs import generated_config
 from sr_backend.image_runners import load_classifier
-from sr_build import tune
+from sr_build import tune, tune_image, tune_measure, tune_samples
+from sr_common.tuned_config import generated_config
 
 from .conftest import serving
 from .image_samples import photo
@@ -47,9 +47,9 @@ def repo_copy(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tune, "MIN_SECONDS", 0.05)
-    monkeypatch.setattr(tune, "MIN_REPEATS", 1)
-    monkeypatch.setattr(tune, "IMAGE_BATCH", 4)
+    monkeypatch.setattr(tune_measure, "MIN_SECONDS", 0.05)
+    monkeypatch.setattr(tune_measure, "MIN_REPEATS", 1)
+    monkeypatch.setattr(tune_image, "IMAGE_BATCH", 4)
 
 
 def _without_int8(repo: Path) -> None:
@@ -63,7 +63,7 @@ def test_the_tuner_checks_every_image_candidate_on_real_pictures_and_writes_its_
     _without_int8(repo_copy)
     card = load_card(repo_copy / MODEL / "card.yaml")
     assert tune.tunable(card)
-    pictures = tune.verification_pictures(card)
+    pictures = tune_samples.verification_pictures(card)
     assert len(pictures) >= 2 and all(p.shape == (224, 224, 3) and p.dtype == np.uint8 for p in pictures)
     assert all(p.std() > 10 for p in pictures)  # pictures, not blank frames
     lines: list[str] = []
@@ -82,7 +82,7 @@ def test_the_tuner_checks_every_image_candidate_on_real_pictures_and_writes_its_
         assert (bf16["status"] == "measured") == passes, bf16
     chosen = by[(choice.engine, choice.precision)]
     assert chosen["status"] == "measured" and chosen["latency_ms"] > 0 and chosen["rows_per_s"] > 0
-    assert (choice.instances, choice.threads) in tune._image_layouts("classifier", choice.host["cores"])
+    assert (choice.instances, choice.threads) in tune_image.image_layouts("classifier", choice.host["cores"])
     written = tune.read_config_choice(repo_copy / MODEL)
     assert (written["engine"], written["precision"]) == (choice.engine, choice.precision)
     assert written["instances"] == str(choice.instances) and written["threads"] == str(choice.threads)
@@ -117,17 +117,17 @@ def test_an_image_precision_whose_check_fails_is_rejected_with_its_measured_reas
 
 def test_a_check_against_the_reference_fails_on_a_changed_top1_or_a_moved_embedding(repo_copy: Path) -> None:
     card = load_card(repo_copy / MODEL / "card.yaml")
-    pictures = np.stack(tune.verification_pictures(card))
+    pictures = np.stack(tune_samples.verification_pictures(card))
     reference = load_classifier("onnxruntime", "fp32", repo_copy / MODEL / "1" / "model.onnx", 1).run(pictures)
     spec = card.precisions["bf16"]
-    ok, metrics, _ = tune.check_image(card, spec, reference, reference)
+    ok, metrics, _ = tune_image.check_image(card, spec, reference, reference)
     assert ok and metrics["argmax_mismatches"] == 0 and metrics["golden_max_diff"] < 1e-3
     swapped = dict(reference, logits=reference["logits"][:, ::-1].copy())  # every top-1 changes
-    ok, _, why = tune.check_image(card, spec, reference, swapped)
+    ok, _, why = tune_image.check_image(card, spec, reference, swapped)
     assert not ok and "top-1" in why
     noise = np.random.default_rng(0).normal(0, 0.05, reference["embedding"].shape).astype(np.float32)
     moved = dict(reference, embedding=reference["embedding"] + noise)
-    ok, metrics, why = tune.check_image(card, spec, reference, moved)
+    ok, metrics, why = tune_image.check_image(card, spec, reference, moved)
     assert not ok and "cosine" in why and metrics["min_cosine"] < 0.999
 
 

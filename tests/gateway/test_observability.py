@@ -104,7 +104,8 @@ def test_json_logs_have_one_line_per_request_with_id_surface_model_status_and_to
 def test_an_unknown_log_format_stops_the_start_with_a_clear_error() -> None:
     done = subprocess.run([str(BIN / "sr-gateway"), "serve", "--log-format", "xml"], capture_output=True,
                           text=True, timeout=60)
-    assert done.returncode != 0 and "log_format: 'xml' is not text or json" in done.stderr
+    assert done.returncode == 2
+    assert "invalid setting log_format (SR_GATEWAY_LOG_FORMAT): 'xml' is not text or json" in done.stderr
 
 
 def _exported(stack: dict[str, Any]) -> set[str]:

@@ -37,7 +37,10 @@ def test_every_generated_request_gets_a_documented_response_and_the_document_is_
         gateway_url: str) -> None:
     st = Path(sys.executable).parent / "st"
     command = [str(st), "run", f"{gateway_url}/openapi.yaml", "--checks", CHECKS, "--max-examples", "25",
-               "--seed", str(SEED), "--workers", "2", "--no-color", "--output-sanitize", "false"]
+               "--seed", str(SEED), "--workers", "2", "--no-color", "--output-sanitize", "false",
+               # how fast Hypothesis generates bodies says nothing about the server; on a loaded 2-core host the
+               # multipart/batch schemas tripped it
+               "--suppress-health-check", "too_slow"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)})
     assert done.returncode == 0, f"{' '.join(command)}\n{done.stdout[-8000:]}\n{done.stderr[-2000:]}"

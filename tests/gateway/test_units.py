@@ -13,7 +13,7 @@ from gateway.cards import discover
 from gateway.errors import ApiError
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError
 from sr_backend.engines.ort_engine import make_session
 from sr_backend.ragged import RaggedRunner, plan_chunks
 
@@ -34,7 +34,7 @@ def test_every_setting_has_an_env_twin_and_flags_win_over_env() -> None:
     s = Settings.resolve(parser.parse_args(["--port", "9100"]), env)
     assert (s.port, s.max_request_bytes, s.host) == (9100, 64, "127.0.0.2")
     assert Settings.resolve(parser.parse_args([]), {}).port == 8080
-    with pytest.raises(SystemExit):
+    with pytest.raises(SettingsError, match=r"^port \(SR_GATEWAY_PORT\): 'eighty' is not a valid int$"):
         Settings.resolve(parser.parse_args([]), {"SR_GATEWAY_PORT": "eighty"})
 
 

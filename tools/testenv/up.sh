@@ -112,6 +112,12 @@ KUBECTL=(kubectl --kubeconfig "$RUN/admin.kubeconfig" --request-timeout=20s)
 "${KUBECTL[@]}" wait --for condition=established --timeout=30s \
   crd/inferenceservices.serving.kserve.io crd/llminferenceservices.serving.kserve.io >>"$RUN/crds.log" 2>&1 \
   || fail "CRDs not established"
+# KServe's runtimes as shipped: the namespaced ServingRuntime CRD and k8s/base's ClusterServingRuntime (the stand-in
+# KServe of the tests resolves each InferenceService's runtime here, as KServe does).
+# (field manager: the manifests tests' own, so their server-side dry-runs of other overlays own the same fields)
+"$PYTHON" "$HERE/kserve_runtimes.py" | "${KUBECTL[@]}" apply --server-side --field-manager=sr-ops-tests -f - \
+  >>"$RUN/crds.log" 2>&1 \
+  || fail "ServingRuntime CRD or the shipped ClusterServingRuntime rejected"
 # The control plane's identity as k8s/ deploys it: its ServiceAccount and RBAC rendered from k8s/base, a token from
 # the TokenRequest API, and k8s/base's in-cluster kubeconfig (tokenFile) pointed here. The suite talks to Kubernetes
 # only through it; each project namespace gets k8s/project's RoleBinding when the tests provision it.

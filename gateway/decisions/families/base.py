@@ -33,6 +33,7 @@ class Ask:
     error: ItemError | None = None
     question_tokens: int = 0  # tokens of the question's own texts (instructions, options)
     view_tokens: int = 0  # tokens of the state read for it (a lower bound when read in part)
+    tokens_lower_bound: bool = False  # the state was read only in part: view_tokens counts what was read
     reason: str | None = None  # which limit failed it, when one did (System One's flat `reason`)
     pictures: list[Any] = field(default_factory=list)  # media.Picture: the images it reads, in "[image k]" order
     own_pictures: list[Any] = field(default_factory=list)  # those in the question itself (instructions, options)

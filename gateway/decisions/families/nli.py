@@ -77,7 +77,7 @@ class Nli(Family):
         limit = limits.max_input_tokens if ctx.long_context else (limits.validated_input_tokens
                                                                     or limits.max_input_tokens)
         jobs: dict[tuple[str, str], Job] = {}
-        premises: dict[str, int] = {}
+        premises: dict[str, tuple[int, bool]] = {}
         wanted = sum(len(self.hypotheses(a.question)) for a in asks)
         if wanted > self.params.max_hypotheses:
             for ask in asks:
@@ -86,8 +86,9 @@ class Nli(Family):
             return []
         for ask in asks:
             if ask.view.text not in premises:
-                premises[ask.view.text] = encoder.encode(ask.view.text, max_tokens=limit, overflow="truncate").tokens
-            ask.view_tokens = premises[ask.view.text]
+                read = encoder.encode(ask.view.text, max_tokens=limit, overflow="truncate")
+                premises[ask.view.text] = read.tokens, read.tokens_lower_bound
+            ask.view_tokens, ask.tokens_lower_bound = premises[ask.view.text]
             for hypothesis in self.hypotheses(ask.question):
                 key = (ask.view.text, hypothesis)
                 if key in jobs:

@@ -93,6 +93,7 @@ class _Reading:
 
     jobs: list[Job] = field(default_factory=list)
     tokens: int = 0
+    lower_bound: bool = False  # read only in part: `tokens` counts what was read
     error: ItemError | None = None
 
 
@@ -291,7 +292,7 @@ class ZeroShot(Family):
             if q.overflow == "truncate":
                 enc = encoder.encode(text, max_tokens=limits.truncate_tokens or limits.max_input_tokens,
                                      overflow="truncate")
-                reading.jobs, reading.tokens = [Job(enc.ids)], enc.tokens
+                reading.jobs, reading.tokens, reading.lower_bound = [Job(enc.ids)], enc.tokens, enc.tokens_lower_bound
                 return reading
             window = self.spec.window
             budget = ctx.max_tokens or limits.max_scan_tokens or limits.max_input_tokens
@@ -299,7 +300,7 @@ class ZeroShot(Family):
                                       overlap=window.overlap if window else 0, scan_budget=budget)
         except InputTooLong as exc:
             reading.error = too_long(exc)
-            reading.tokens = exc.tokens
+            reading.tokens, reading.lower_bound = exc.tokens, exc.lower_bound
             return reading
         reading.jobs = [Job(w.ids) for w in windows]
         reading.tokens = windows[-1].content_end + encoder.layout.size
@@ -345,7 +346,7 @@ class ZeroShot(Family):
                 self.cache.put(text, *known[text])
         for index, ask in enumerate(asks):
             reading = readings[(ask.view.text, ask.question.overflow == "truncate")]
-            ask.view_tokens = reading.tokens
+            ask.view_tokens, ask.tokens_lower_bound = reading.tokens, reading.lower_bound
             if ask.error is not None:
                 continue
             if reading.error is not None:
@@ -444,6 +445,7 @@ class ZeroShot(Family):
             key = (ask.view.text, ask.question.overflow == "truncate")
             item = items[key]
             ask.view_tokens = int(item.usage.get("tokens", 0))
+            ask.tokens_lower_bound = bool(item.usage.get("tokens_lower_bound", False))
             failed = item.error or next((j.error for j in item.jobs if j.error is not None), None)
             if failed is not None or key not in tokens_of:
                 ask.fail(failed or ItemError("invalid_model_output", "the tagger gave no answer"))

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 import yaml
-from aiohttp import web
 
 from controlplane import app as controlplane_app
+from controlplane.config import Settings
 from controlplane.telemetry import Telemetry
 from k8s.render import bind_to, main, render
 
@@ -456,7 +456,6 @@ def readyz_check_timeout() -> float:
         return float(value)
     if hasattr(controlplane_app, value):
         return float(getattr(controlplane_app, value))
-    from controlplane.config import Settings
     return float(getattr(Settings, value.rsplit(".", 1)[-1]))
 
 
@@ -465,8 +464,7 @@ def test_the_controlplane_shuts_down_and_is_probed_within_its_own_timeouts() -> 
     spec = pod_spec(docs, "sr-controlplane")
     (c,) = spec["containers"]
     env = {e["name"]: e.get("value") for e in c.get("env", [])}
-    shutdown = next((float(v) for k, v in env.items() if "SHUTDOWN" in k and v),
-                    inspect.signature(web.run_app).parameters["shutdown_timeout"].default)
+    shutdown = float(env.get("SR_CP_SHUTDOWN_TIMEOUT_S") or Settings.shutdown_timeout_s)  # `serve` passes it to aiohttp
     assert spec["terminationGracePeriodSeconds"] >= sleep_seconds(c) + shutdown
     assert c["readinessProbe"]["timeoutSeconds"] > readyz_check_timeout()
     assert c["livenessProbe"]["timeoutSeconds"] >= 1
