@@ -8,14 +8,12 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from .cards import discover
-from .decisions import surface as decisions
-from .decisions import systemone
 from .errors import ApiError
 from .lifecycle import Lifecycle
 from .metrics import Metrics
 from .runtime import Runtime
 from .settings import Settings
-from .surfaces import bundle, classify, embeddings, info, rerank
+from .surfaces import bundle, classify, decisions, embeddings, info, rerank, systemone
 from .surfaces.common import RUNTIME_KEY, error_response
 
 LIFECYCLE_KEY = web.AppKey("lifecycle", Lifecycle)

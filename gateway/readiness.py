@@ -13,11 +13,11 @@ import numpy as np
 
 from .decisions import golden as decisions_golden
 from .errors import ApiError
+from .execution.jobs import Job, run_jobs
 from .images.golden import check_ocr_golden
 from .runtime import Runtime, ServedModel
 from .surfaces.classify import ClassifyRequest, classify
 from .surfaces.embeddings import EmbeddingsRequest, embed
-from .surfaces.jobs import Job, run_jobs
 
 
 class GoldenMismatch(Exception):

@@ -18,8 +18,9 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..assets import Assets
 from ..errors import ApiError, ItemCode, ItemError, QuestionCode, no_answer
+from ..execution.meta import response_meta
+from ..execution.requests import MIN_DEADLINE_MS, Strict, parse
 from ..runtime import Runtime, ServedModel
-from ..surfaces.common import MIN_DEADLINE_MS, Strict, parse, response_meta
 from ..timing import Timing, charge, charge_model
 from .answers import assemble
 from .cache import Cached, ResultCache

@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 from ..runtime import Runtime, ServedModel
-from .engine import family, parse_request
-from .surface import decide
+from .engine import answer as answer_request
+from .engine import family, parse_request, render_decisions
 
 COMPONENT_WAIT_SECONDS = 600.0
 
@@ -42,7 +42,8 @@ async def prepare(runtime: Runtime, model: ServedModel) -> None:
 
 
 async def answer(runtime: Runtime, model: ServedModel, request: dict[str, Any]) -> dict[str, Any]:
-    return await decide(runtime, model, parse_request({**request, "model": model.id}))
+    req = parse_request({**request, "model": model.id})
+    return render_decisions(await answer_request(runtime, model, req, None), req.options.return_meta)
 
 
 def compare(got: dict[str, Any], expected: dict[str, Any], tolerance: float) -> int:

@@ -29,10 +29,10 @@ import numpy as np
 
 from ..assets import Asset, Assets, ImageUse, Segments
 from ..errors import ApiError, ItemError, QuestionCode
+from ..execution.jobs import Job, run_jobs
 from ..images.decode import DecodedImage, ImageRejected, decode_async
 from ..images.ocr import TextLine, read_many
 from ..runtime import ServedModel
-from ..surfaces.jobs import Job, run_jobs
 from ..timing import Timing
 from ..videos import moments
 from ..videos.clips import ClipRejected, parse_clip, raw_key

@@ -16,7 +16,7 @@ from pydantic import StrictStr
 
 from ..cards import Card
 from ..errors import ItemError
-from ..surfaces.common import Strict
+from ..execution.requests import Strict
 
 
 class ImageUrl(Strict):

@@ -1,27 +1,31 @@
 """Running pictures through an image model in Triton: decode → preprocess → one Triton request per picture.
 
-Admission, deadlines, per-picture failures and phase times work as for text inputs (surfaces/jobs.py): the
-dynamic batcher puts pictures of many HTTP requests into one execute(), and one bad picture fails only its item.
+Only what is particular to pictures lives here (decoding, preprocessing, the input tensor's name); admission,
+deadlines, the failure → error mapping, job groups and phase times are the execution core's
+(`gateway/execution/jobs.py`), so a picture fails exactly as a text does, and a bundle runs a picture once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ItemError
+from ..execution.jobs import Job, Tensors, run_jobs
 from ..runtime import Runtime, ServedModel
-from ..surfaces.jobs import PER_REQUEST_IN_FLIGHT, deadline_ns, phase_times
-from ..timing import Timing, charge_model
-from ..triton import Result, TritonFailure
+from ..timing import Timing
+from ..triton import Result
 from .decode import DecodedImage, ImageRejected, decode_async
 from .preprocess import PREPROCESS
 
 # The Triton input each preprocessing feeds (see model_repository/*/config.pbtxt of the image models).
 INPUT_TENSOR = {"efficientnet-lite": "PIXELS", "ppocr": "IMAGE"}
+
+# Pictures larger than this many pixel values are preprocessed on a worker thread, off the event loop.
+INLINE_PIXELS = 1 << 20
 
 
 @dataclass
@@ -55,51 +59,31 @@ async def decode_jobs(model: ServedModel, jobs: list[ImageJob]) -> None:
     await asyncio.gather(*(one(j) for j in jobs if j.error is None and j.data is not None and j.image is None))
 
 
-async def _run(runtime: Runtime, model: ServedModel, job: ImageJob, output: str, deadline: int | None) -> None:
-    assert runtime.triton is not None and job.image is not None
-    preprocess, _ = image_spec(model)
-    timeout_us = None
-    if deadline is not None:
-        left = deadline - time.time_ns()
-        if left <= 0:
-            job.error = ItemError("deadline_exceeded", "the deadline passed before this image was run")
-            return
-        timeout_us = max(1, left // 1000)
-    pixels = await asyncio.to_thread(PREPROCESS[preprocess], job.image) if job.image.pixels.size > 1 << 20 \
-        else PREPROCESS[preprocess](job.image)
-    try:
-        job.result = await runtime.triton.infer_tensors(
-            model.card.triton_name, {INPUT_TENSOR[preprocess]: np.ascontiguousarray(pixels[None])}, output,
-            timeout_us=timeout_us)
-    except TritonFailure as exc:
-        if exc.deadline:
-            job.error = ItemError("deadline_exceeded", "the deadline passed while this image was queued")
-        elif exc.unavailable:
-            job.error = ItemError("unavailable", f"model {model.id} is unavailable: {exc}")
-        else:
-            job.error = ItemError("invalid_model_output", f"the model failed on this image: {exc}")
+def _tensors(preprocess: str, job: ImageJob, output: str) -> Tensors:
+    """The core's view of a decoded picture: its input tensor, built when it runs, and (with its bytes) an
+    identity, so a bundle that sends the same picture twice to one model runs it once."""
+    image = job.image
+    assert image is not None
+
+    async def build() -> dict[str, np.ndarray]:
+        pixels = await asyncio.to_thread(PREPROCESS[preprocess], image) if image.pixels.size > INLINE_PIXELS \
+            else PREPROCESS[preprocess](image)
+        return {INPUT_TENSOR[preprocess]: np.ascontiguousarray(pixels[None])}
+
+    data = job.data
+    identity = (lambda: (preprocess, hashlib.blake2b(data).digest())) if data is not None else None
+    return Tensors(output, build, identity)
 
 
 async def forward_images(runtime: Runtime, model: ServedModel, jobs: list[ImageJob], output: str, *,
                          deadline_ms: float | None = None, timing: Timing | None = None) -> tuple[float, float]:
-    """Run every decoded job; returns (queue_ms, forward_ms), also added to `timing`."""
+    """Run every decoded job through the execution core; returns (queue_ms, forward_ms), also added to `timing`.
+    A forward out of memory raises the request's ApiError (413 alone, 429 shared), as for texts."""
     runnable = [j for j in jobs if j.error is None and j.image is not None]
-    deadline = deadline_ns(deadline_ms, timing)
-    submitted = time.time_ns()
-    runtime.admit(model, len(runnable))
-    window = asyncio.Semaphore(PER_REQUEST_IN_FLIGHT)
-
-    async def run(job: ImageJob) -> None:
-        async with window:
-            await _run(runtime, model, job, output, deadline)
-
+    preprocess = image_spec(model)[0] if runnable else ""
+    core = [Job(tensors=_tensors(preprocess, job, output)) for job in runnable]
     try:
-        await asyncio.gather(*(run(j) for j in runnable))
+        return await run_jobs(runtime, model, core, deadline_ms=deadline_ms, timing=timing)
     finally:
-        runtime.release(model, len(runnable))
-    answered = [j.result for j in runnable if j.result is not None]
-    queue_ms, forward_ms = phase_times(answered, submitted)
-    for e in {(r.execution.started_ns, r.execution.forward_ns): r.execution for r in answered}.values():
-        runtime.metrics.child(runtime.metrics.batch_rows, model.id).observe(e.rows)
-    charge_model(timing, queue_ms, forward_ms)
-    return queue_ms, forward_ms
+        for job, ran in zip(runnable, core, strict=True):
+            job.result, job.error = ran.result, ran.error

@@ -13,9 +13,10 @@ import numpy as np
 
 from ..cards import HeadSpec
 from ..errors import ApiError, ItemError, no_answer
+from ..execution.limits import check_inputs
+from ..execution.meta import response_meta
 from ..heads import ensure_finite, softmax
 from ..runtime import Runtime, ServedModel
-from ..surfaces.common import check_inputs, response_meta
 from ..timing import Timing, charge
 from .content import ImagePart, image_bytes, refusal
 from .run import ImageJob, decode_jobs, forward_images

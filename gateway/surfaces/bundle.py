@@ -21,14 +21,15 @@ from pydantic import BaseModel
 
 from ..assets import inline_input_assets, share_parts
 from ..decisions.engine import DecisionRequest, parse_request
-from ..decisions.surface import decide
 from ..errors import ApiError
+from ..execution.jobs import job_group
+from ..execution.requests import MIN_DEADLINE_MS, parse
 from ..runtime import Runtime, ServedModel
 from ..timing import Timing
 from .classify import ClassifyRequest, classify
-from .common import MIN_DEADLINE_MS, Call, parse, surface
+from .common import Call, surface
+from .decisions import decide
 from .embeddings import EmbeddingsRequest, embed
-from .jobs import job_group
 from .rerank import RerankRequest, rerank
 
 log = logging.getLogger("sr_gateway.http")

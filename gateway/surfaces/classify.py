@@ -8,35 +8,27 @@ window that gives it most context, then decoding spans once over the whole input
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from aiohttp import web
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..cards import HeadSpec
-from ..errors import ApiError, ItemError, no_answer, too_long
-from ..heads import best_context_windows, decode_spans, ensure_finite, sigmoid, softmax, zero_shot
+from ..errors import ApiError, ItemError, no_answer
+from ..execution.items import Grounded, Item, Overflow, Pair, prepare_item, token_probabilities
+from ..execution.jobs import run_jobs
+from ..execution.limits import check_inputs, token_budget
+from ..execution.meta import response_meta
+from ..execution.offload import off_loop_if_large
+from ..execution.requests import MIN_DEADLINE_MS, Strict
+from ..heads import decode_spans, ensure_finite, sigmoid, softmax, zero_shot
 from ..images.content import ContentPart, refusal, text_of
 from ..images.surfaces import classify_images, reads_images_only
 from ..runtime import Runtime, ServedModel
-from ..text import InputTooLong, TextEncoder
+from ..text import TextEncoder
 from ..timing import charge
-from .common import (
-    MIN_DEADLINE_MS,
-    Call,
-    Strict,
-    check_inputs,
-    input_usage,
-    off_loop_if_large,
-    response_meta,
-    surface_route,
-    token_budget,
-)
-from .jobs import Job, run_jobs
-
-Overflow = Literal["reject", "truncate", "window"]
+from .common import Call, surface_route
 
 
 class WindowOptions(Strict):
@@ -54,36 +46,12 @@ class ClassifyOptions(Strict):
     return_meta: StrictBool = False
 
 
-class Pair(Strict):
-    text: StrictStr
-    text_pair: StrictStr
-
-
-class Grounded(Strict):
-    context: StrictStr
-    question: StrictStr
-    answer: StrictStr
-
-
 class ClassifyRequest(Strict):
     model: StrictStr | None = None
     input: StrictStr | list[StrictStr] | list[Pair] | list[Grounded] | list[StrictStr | ContentPart] = Field(
         min_length=1)
     head: StrictStr | None = None
     options: ClassifyOptions = ClassifyOptions()
-
-
-@dataclass
-class Item:
-    """One classify input: its model inputs (one job, or one per window) and what reading it cost."""
-
-    text: str = ""
-    jobs: list[Job] = field(default_factory=list)
-    spans: list[tuple[int, int]] = field(default_factory=list)  # content-token range of each window
-    offsets: list[list[tuple[int, int]]] = field(default_factory=list)  # per job: code points per id
-    content: list[list[int]] = field(default_factory=list)  # per job: positions of content (non-special) ids
-    usage: dict[str, Any] = field(default_factory=dict)
-    error: ItemError | None = None
 
 
 def _head(model: ServedModel, name: str | None) -> HeadSpec:
@@ -133,58 +101,9 @@ def _plan(req: ClassifyRequest, model: ServedModel, head: HeadSpec) -> tuple[Ove
     return overflow, budget, tokens, overlap
 
 
-def prepare_item(encoder: TextEncoder, value: Any, overflow: Overflow, budget: int, tokens: int, overlap: int) -> Item:
-    item = Item(text=value if isinstance(value, str) else getattr(value, "text", ""))
-    try:
-        if isinstance(value, Grounded):
-            enc = encoder.encode_grounded(value.context, value.question, value.answer, max_tokens=budget,
-                                          overflow=_linear(overflow))
-        elif isinstance(value, Pair):
-            enc = encoder.encode_pair(value.text, value.text_pair, max_tokens=budget, overflow=_linear(overflow))
-        elif not value:
-            raise ItemError("invalid_input", "the input is an empty string")
-        elif overflow == "window":
-            windows = encoder.windows(value, window_tokens=tokens, overlap=overlap, scan_budget=budget)
-            item.jobs = [Job(w.ids) for w in windows]
-            item.spans = [(w.content_start, w.content_end) for w in windows]
-            item.offsets = [w.offsets for w in windows]
-            prefix = len(encoder.envelope[0])
-            item.content = [list(range(prefix, prefix + w.content_end - w.content_start)) for w in windows]
-            content = windows[-1].content_end
-            item.usage = {"tokens": content + sum(len(x) for x in encoder.envelope),
-                          "processed_tokens": sum(len(w.ids) for w in windows), "truncated": False,
-                          "windows": len(windows)}
-            return item
-        else:
-            enc = encoder.encode(value, max_tokens=budget, overflow=_linear(overflow))
-    except InputTooLong as exc:
-        item.error = too_long(exc)
-        return item
-    except ItemError as exc:
-        item.error = exc
-        return item
-    paired = isinstance(value, Pair | Grounded)
-    item.jobs = [Job(enc.ids, enc.type_ids if paired else None)]
-    item.offsets = [enc.offsets]
-    # A token head reads spans off the last text of a pair (the text_pair, or a grounded item's answer: the part
-    # being judged), so offsets always index one text; a single text is its own last text.
-    last = 1 if paired else 0
-    item.content = [[i for i, seq in enumerate(enc.sequence_ids) if seq == last]]
-    if isinstance(value, Pair):
-        item.text = value.text_pair
-    elif isinstance(value, Grounded):
-        item.text = value.answer
-    item.usage = input_usage(enc)
-    return item
-
-
 def _prepare_all(encoder: TextEncoder, values: list[Any], overflow: Overflow, budget: int, tokens: int,
                  overlap: int) -> list[Item]:
     return [prepare_item(encoder, v, overflow, budget, tokens, overlap) for v in values]
-
-
-def _linear(overflow: Overflow) -> Literal["reject", "truncate"]:
-    return "truncate" if overflow == "truncate" else "reject"
 
 
 def _sequence_scores(model: ServedModel, head: HeadSpec, values: np.ndarray) -> np.ndarray:
@@ -236,25 +155,6 @@ def _read(model: ServedModel, head: HeadSpec, item: Item, threshold: float, retu
                               for (s, e), w in zip(item.spans, per_window, strict=True)]
     out["input"] = item.usage
     return out
-
-
-def token_probabilities(item: Item, results: list[np.ndarray]) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """Content tokens of the whole input with their probabilities; windows merged by best context."""
-    if not item.spans:  # read at once: only the content tokens, special tokens dropped
-        keep = item.content[0]
-        return softmax(results[0][keep]), [item.offsets[0][i] for i in keep]
-    total = item.spans[-1][1]
-    if total == 0:  # a text the tokenizer reads as no token at all (windows hold only special tokens): no spans
-        return np.zeros((0, results[0].shape[-1]), dtype=np.float32), []
-    owner = best_context_windows(item.spans, total)
-    rows: list[np.ndarray] = []
-    offsets: list[tuple[int, int]] = []
-    for t in range(total):
-        w = owner[t]
-        position = item.content[w][t - item.spans[w][0]]
-        rows.append(results[w][position])
-        offsets.append(item.offsets[w][position])
-    return softmax(np.stack(rows)), offsets
 
 
 async def classify(runtime: Runtime, model: ServedModel, req: ClassifyRequest, call: Call | None = None,

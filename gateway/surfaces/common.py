@@ -1,4 +1,7 @@
-"""What every POST surface shares: body reading, validation errors, Server-Timing, metrics, serialization."""
+"""What every POST surface shares over HTTP: body reading, Server-Timing, metrics, serialization.
+
+What is not HTTP (request parsing, limits, `meta`, running inputs) lives in `gateway/execution/`.
+"""
 
 from __future__ import annotations
 
@@ -7,99 +10,24 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import BaseModel
 
 from ..assets import inline_input_assets
 from ..body import read_body
 from ..errors import ApiError
-from ..runtime import Runtime, ServedModel, served_dtype, served_engine
-from ..text import Encoded
+from ..execution.requests import parse
+from ..runtime import Runtime, ServedModel
 from ..timing import Timing
 
 log = logging.getLogger("sr_gateway.http")
 
 RUNTIME_KEY = web.AppKey("runtime", Runtime)
-M = TypeVar("M", bound=BaseModel)
-R = TypeVar("R")
 JSON = "application/json"
 DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY  # float32 vectors serialise as shortest float32 text
-
-
-class Strict(BaseModel):
-    """Request objects: unknown members are errors, and no type coercion ("5" is not 5, 1 is not true)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-# The smallest deadline_ms taken: one microsecond. A smaller positive number in JSON can round to 0.0 (1e-400) or
-# to a deadline no input can meet; one stated bound keeps the document and the server in step (schemathesis).
-MIN_DEADLINE_MS = 0.001
-
-
-class TextOptions(Strict):
-    """Options of surfaces that read each text up to a token budget (embeddings, rerank)."""
-
-    overflow: Literal["reject", "truncate"] = "reject"
-    max_tokens: StrictInt | None = Field(default=None, ge=1)
-    deadline_ms: float | StrictInt | None = Field(default=None, ge=MIN_DEADLINE_MS)
-    return_meta: StrictBool = False
-
-
-def check_inputs(model: ServedModel, count: int, what: str = "input") -> None:
-    """The card's per-request input limit, enforced before any tokenization."""
-    if count > model.card.limits.max_inputs:
-        raise ApiError("invalid_request", f"{what} has {count} items; model {model.id} takes at most "
-                                          f"{model.card.limits.max_inputs} per request")
-
-
-def token_budget(model: ServedModel, max_tokens: int | None, ceiling: int | None = None,
-                 ceiling_name: str = "max_input_tokens") -> int:
-    """options.max_tokens, capped by the card's limit (max_input_tokens unless a scan ceiling is given). A budget
-    that cannot hold the tokenizer's special tokens answers no input at all, so it is the request's error (the
-    served document states the smallest such bound as max_tokens' minimum)."""
-    limit = ceiling if ceiling is not None else model.card.limits.max_input_tokens
-    if max_tokens is None:
-        return limit
-    if max_tokens > limit:
-        raise ApiError("invalid_request", f"options.max_tokens {max_tokens} exceeds model {model.id}'s "
-                                          f"{ceiling_name} {limit}")
-    special = model.text_encoder().layout.size if "text" in model.card.modalities else 0
-    if max_tokens < special:
-        raise ApiError("invalid_request", f"options.max_tokens {max_tokens} is smaller than the {special} special "
-                                          f"tokens every input needs (model {model.id})")
-    return max_tokens
-
-
-def _location(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "body"
-
-
-def validation_message(exc: ValidationError) -> str:
-    unknown = [_location(e["loc"]) for e in exc.errors() if e["type"] == "extra_forbidden"]
-    if unknown:
-        return f"unknown member{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}"
-    parts = []
-    for e in exc.errors()[:5]:
-        # union errors name each branch; the last element of loc is then a type name, which helps no one
-        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and ("[" in p or p in {"str", "list"})))
-        parts.append(f"{_location(loc)}: {e['msg']}")
-    return "; ".join(parts)
-
-
-def parse(model: type[M], body: Any) -> M:
-    if not isinstance(body, dict):
-        raise ApiError("invalid_request", "the request body must be a JSON object")
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        raise ApiError("invalid_request", validation_message(exc)) from exc
 
 
 @dataclass
@@ -172,36 +100,6 @@ def surface(endpoint: str, render: Callable[[ApiError], ApiError] | None = None,
         return handler
 
     return decorate
-
-
-def response_meta(model: ServedModel, queue_ms: float, forward_ms: float) -> dict[str, Any]:
-    """`meta` of a response (with options.return_meta): what answered, on what, and how long the model took."""
-    card = model.card
-    return {"model_id": model.id, "revision": card.revision, "model_sha256": card.model_sha256,
-            "dtype": served_dtype(model), "numerics": card.numerics, "engine": served_engine(model),
-            "accelerator": model.device,
-            "device": model.device,
-            "queue_ms": round(queue_ms, 3), "compute_ms": round(forward_ms, 3)}
-
-
-def input_usage(encoded: Encoded) -> dict[str, Any]:
-    """Per-input usage: tokens counted (a lower bound when read only in part), tokens run, and truncation."""
-    out: dict[str, Any] = {"tokens": encoded.tokens, "processed_tokens": len(encoded.ids),
-                           "truncated": encoded.truncated}
-    if encoded.tokens_lower_bound:
-        out["tokens_lower_bound"] = True
-    return out
-
-
-INLINE_CHARS = 16 * 1024  # requests with more text than this are tokenized on a worker thread
-
-
-async def off_loop_if_large(chars: int, fn: Callable[..., R], *args: Any) -> R:
-    """Tokenize small requests inline (a thread hop costs more than they do) and large ones on a worker thread,
-    so one long input never stalls every other request on the event loop."""
-    if chars <= INLINE_CHARS:
-        return fn(*args)
-    return await asyncio.to_thread(fn, *args)
 
 
 Work = Callable[[Runtime, ServedModel, Any, "Call | None"], Awaitable[dict[str, Any]]]

@@ -26,23 +26,17 @@ from aiohttp import web
 from pydantic import Field, StrictInt, StrictStr
 
 from ..errors import ApiError, ItemError, no_answer
+from ..execution.jobs import Job, encode_each, run_jobs
+from ..execution.limits import check_inputs, token_budget
+from ..execution.meta import input_usage, response_meta
+from ..execution.offload import off_loop_if_large
+from ..execution.requests import Strict, TextOptions
 from ..heads import ensure_finite
 from ..images.content import ContentPart, refusal, text_of
 from ..images.surfaces import embed_images, reads_images_only
 from ..runtime import Runtime, ServedModel
 from ..timing import charge
-from .common import (
-    Call,
-    Strict,
-    TextOptions,
-    check_inputs,
-    input_usage,
-    off_loop_if_large,
-    response_meta,
-    surface_route,
-    token_budget,
-)
-from .jobs import Job, encode_each, run_jobs
+from .common import Call, surface_route
 
 
 class EmbeddingsRequest(Strict):

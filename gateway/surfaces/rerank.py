@@ -21,22 +21,16 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..cards import Card
 from ..errors import ApiError, ErrorCode, ItemError, no_answer
+from ..execution.jobs import Job, encode_each, run_jobs
+from ..execution.limits import check_inputs, token_budget
+from ..execution.meta import input_usage, response_meta
+from ..execution.offload import off_loop_if_large
+from ..execution.requests import Strict, TextOptions
 from ..heads import ensure_finite, sigmoid
 from ..runtime import Runtime, ServedModel
 from ..text import Encoded, InputTooLong, TextEncoder, UnsupportedTokenizer
 from ..timing import charge
-from .common import (
-    Call,
-    Strict,
-    TextOptions,
-    check_inputs,
-    input_usage,
-    off_loop_if_large,
-    response_meta,
-    surface_route,
-    token_budget,
-)
-from .jobs import Job, encode_each, run_jobs
+from .common import Call, surface_route
 
 
 class RerankRequest(Strict):

@@ -43,7 +43,7 @@ def test_a_windowed_text_of_no_tokens_has_no_spans_rather_than_a_server_error() 
     tokenizer reads as no token, under overflow window, left nothing to stack."""
     import numpy as np
 
-    from gateway.surfaces.classify import Item, token_probabilities
+    from gateway.execution.items import Item, token_probabilities
 
     item = Item(text="\u200b", spans=[(0, 0)], offsets=[[(0, 0), (0, 0)]], content=[[]])
     probs, offsets = token_probabilities(item, [np.zeros((2, 5), dtype=np.float32)])

@@ -121,7 +121,7 @@ def test_the_readme_configuration_table_lists_every_setting() -> None:
 
 
 def test_forward_counts_overlapping_executions_once_and_queue_is_the_rest() -> None:
-    from gateway.surfaces.jobs import phase_times
+    from gateway.execution.phases import phase_times
     from gateway.triton import Execution, Result
 
     ms = 1_000_000
@@ -138,9 +138,10 @@ def test_forward_counts_overlapping_executions_once_and_queue_is_the_rest() -> N
 
 def test_a_scores_head_gives_independent_sigmoids_selected_by_threshold_and_max_over_windows() -> None:
     from gateway.cards import HeadSpec
+    from gateway.execution.items import Item
+    from gateway.execution.jobs import Job
     from gateway.runtime import ServedModel
-    from gateway.surfaces.classify import Item, _answer
-    from gateway.surfaces.jobs import Job
+    from gateway.surfaces.classify import _answer
     from gateway.triton import Execution, Result
 
     head = HeadSpec(name="topics", kind="scores", labels=["a", "b", "c"], default_threshold=0.5)
@@ -157,9 +158,10 @@ def test_a_scores_head_gives_independent_sigmoids_selected_by_threshold_and_max_
 
 
 def test_a_non_finite_model_output_fails_only_that_input() -> None:
-    from gateway.surfaces.classify import Item, _answer
+    from gateway.execution.items import Item
+    from gateway.execution.jobs import Job
+    from gateway.surfaces.classify import _answer
     from gateway.surfaces.embeddings import _vector
-    from gateway.surfaces.jobs import Job
     from gateway.triton import Execution, Result
 
     model = Runtime(Settings(model_repository=REPO), discover(REPO, ["prompt-guard"]), Metrics()).models["prompt-guard"]

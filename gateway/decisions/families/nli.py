@@ -16,9 +16,9 @@ import numpy as np
 
 from ...cards import HeadSpec
 from ...errors import ItemError, no_answer, too_long
+from ...execution.jobs import Job, run_jobs
 from ...heads import softmax
 from ...runtime import ServedModel
-from ...surfaces.jobs import Job, run_jobs
 from ...text import InputTooLong
 from ...timing import Timing
 from ..answers import Outcome

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import ItemError, no_answer
+from ...execution.jobs import Job, run_jobs
 from ...runtime import Runtime, ServedModel
-from ...surfaces.jobs import Job, run_jobs
 from ...text import InputTooLong
 from ...timing import Timing
 from ..answers import Outcome

@@ -30,11 +30,11 @@ import numpy as np
 from pydantic import Field
 
 from ...errors import ItemError, no_answer, too_long
+from ...execution.items import Item, prepare_item, token_probabilities
+from ...execution.jobs import Job, run_jobs
 from ...heads import decode_spans, sigmoid, softmax
 from ...images.ocr import read_many
 from ...runtime import ServedModel
-from ...surfaces.classify import Item, prepare_item, token_probabilities
-from ...surfaces.jobs import Job, run_jobs
 from ...text import InputTooLong
 from ...timing import Timing
 from ..answers import Outcome

@@ -6,9 +6,9 @@ from typing import Any
 
 from aiohttp import web
 
+from ..decisions.engine import DecisionRequest, answer, parse_request, render_decisions
 from ..runtime import Runtime, ServedModel
-from ..surfaces.common import Call, surface
-from .engine import DecisionRequest, answer, parse_request, render_decisions
+from .common import Call, surface
 
 
 async def decide(runtime: Runtime, model: ServedModel, req: DecisionRequest, call: Call | None = None

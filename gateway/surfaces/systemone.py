@@ -19,11 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from ..assets import share_parts
-from ..errors import QUESTION_STATUS, STATUS, SYSTEMONE_OVERLOADED, ApiError
-from ..runtime import Runtime
-from ..surfaces.common import Call, surface
-from ..timing import Timing
-from .engine import (
+from ..decisions.engine import (
     Answered,
     DecisionRequest,
     Failure,
@@ -36,7 +32,11 @@ from .engine import (
     render_decisions,
     run,
 )
-from .questions import Invalid
+from ..decisions.questions import Invalid
+from ..errors import QUESTION_STATUS, STATUS, SYSTEMONE_OVERLOADED, ApiError
+from ..runtime import Runtime
+from ..timing import Timing
+from .common import Call, surface
 
 SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0")
 LONG_CONTEXT_HEADER = "TypeSafe-Danger-Zone-Long-Context"

@@ -1,23 +1,29 @@
 """Jobs — prepared model inputs — run through Triton: admission, deadlines, per-input failures, phase times, metrics.
 
-Every surface turns its request into `Job`s (one model input each) and calls `run_jobs`; what comes back is a
-`Result` or an `ItemError` per job, so one failing input never fails its siblings.
+Every caller turns its request into `Job`s (one model input each: token ids, or named tensors such as a picture's
+pixels) and calls `run_jobs`; what comes back is a `Result` or an `ItemError` per job, so one failing input never
+fails its siblings, and a forward out of memory fails the request the same way whatever the input was.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..errors import ApiError, ItemError, too_long
 from ..runtime import Runtime, ServedModel
 from ..text import Encoded, InputTooLong
 from ..timing import Timing, charge_model
 from ..triton import Result, TritonFailure
+from .deadlines import deadline_ns, timeout_us
+from .failures import failure_error
+from .phases import phase_times
 
 # Most Triton calls one HTTP request keeps in flight. The gRPC channel carries a bounded number of concurrent
 # streams; without this bound a request with thousands of inputs would take them all and every other request
@@ -26,10 +32,22 @@ PER_REQUEST_IN_FLIGHT = 64
 
 
 @dataclass
+class Tensors:
+    """Named input tensors of one job (a picture), built only when the job runs, so a request's pictures are never
+    all preprocessed at once."""
+
+    output: str  # the Triton output to read
+    build: Callable[[], Awaitable[dict[str, np.ndarray]]]
+    identity: Callable[[], Hashable] | None = None  # what makes two jobs one input (job groups); None: never shared
+    noun: str = "image"  # what the input is called in its item errors
+
+
+@dataclass
 class Job:
-    ids: list[int]
+    ids: list[int] = field(default_factory=list)
     type_ids: list[int] | None = None
     layer: int | None = None  # embedders: a declared earlier layer (None: the model's default, its last)
+    tensors: Tensors | None = None  # named tensors instead of token ids
     result: Result | None = None
     error: ItemError | None = None
     out_of_memory: bool = False  # its forward ran out of device memory (the request fails: 413 alone, 429 shared)
@@ -56,35 +74,24 @@ def encode_each(texts: list[str], encode: Callable[[str], Encoded], *, noun: str
     return jobs, encoded
 
 
-def deadline_ns(deadline_ms: float | None, timing: Timing | None) -> int | None:
-    """Unix-ns deadline measured from the request's arrival (the handler start)."""
-    if deadline_ms is None:
-        return None
-    elapsed = time.perf_counter() - timing.started if timing is not None else 0.0
-    # any finite number above 0 is a valid deadline_ms; past a year it is as good as none (and int(inf) fails)
-    return time.time_ns() + int((min(deadline_ms, 365 * 86_400_000.0) / 1000 - elapsed) * 1e9)
-
-
 async def _run(runtime: Runtime, model: ServedModel, job: Job, deadline: int | None) -> None:
     assert runtime.triton is not None
-    timeout_us = None
-    if deadline is not None:
-        left = deadline - time.time_ns()
-        if left <= 0:
-            job.error = ItemError("deadline_exceeded", "the deadline passed before this input was run")
-            return
-        timeout_us = max(1, left // 1000)
+    noun = job.tensors.noun if job.tensors is not None else "input"
+    timeout = timeout_us(deadline)
+    if timeout == 0:
+        job.error = ItemError("deadline_exceeded", f"the deadline passed before this {noun} was run")
+        return
     try:
-        job.result = await runtime.triton.infer(model.card.triton_name, model.output, job.ids, job.type_ids,
-                                                timeout_us=timeout_us, layer=job.layer)
+        if job.tensors is not None:
+            inputs = await job.tensors.build()
+            job.result = await runtime.triton.infer_tensors(model.card.triton_name, inputs, job.tensors.output,
+                                                            timeout_us=timeout)
+        else:
+            job.result = await runtime.triton.infer(model.card.triton_name, model.output, job.ids, job.type_ids,
+                                                    timeout_us=timeout, layer=job.layer)
     except TritonFailure as exc:
         job.out_of_memory = exc.out_of_memory
-        if exc.deadline:
-            job.error = ItemError("deadline_exceeded", "the deadline passed while this input was queued")
-        elif exc.unavailable:
-            job.error = ItemError("unavailable", f"model {model.id} is unavailable: {exc}")
-        else:
-            job.error = ItemError("invalid_model_output", f"the model failed on this input: {exc}")
+        job.error = failure_error(exc, model.id, noun)
 
 
 def default_layer(runtime: Runtime, triton_name: str) -> int | None:
@@ -99,33 +106,10 @@ def default_layer(runtime: Runtime, triton_name: str) -> int | None:
     return None
 
 
-def phase_times(results: list[Result], submitted_ns: int) -> tuple[float, float]:
-    """(queue_ms, forward_ms) of one request from Triton-side timestamps.
-
-    forward: the time covered by its inputs' executions, from the start of each execute() in Triton until the
-    answer is back (readout included), overlapping executions counted once. queue: the rest of the time from the
-    first submission until the last answer: waiting before the first forward and between forwards.
-    """
-    if not results:
-        return 0.0, 0.0
-    spans = sorted((max(r.execution.started_ns, submitted_ns), r.received_ns) for r in results)
-    forward = 0
-    start, end = spans[0]
-    for s, e in spans[1:]:
-        if s > end:
-            forward += end - start
-            start, end = s, e
-        else:
-            end = max(end, e)
-    forward += end - start
-    span = max(r.received_ns for r in results) - submitted_ns
-    return max(0.0, (span - forward) / 1e6), forward / 1e6
-
-
 # A job group (one bundle): identical inputs for one Triton model with one deadline, from any of its tasks, are run
 # once and answered to every task that sent them.
-_GROUP: ContextVar[dict[tuple[object, ...], asyncio.Future[tuple[Result | None, ItemError | None]]] | None] = \
-    ContextVar("job_group", default=None)
+_Shared = asyncio.Future[tuple[Result | None, ItemError | None]]
+_GROUP: ContextVar[dict[tuple[object, ...], _Shared] | None] = ContextVar("job_group", default=None)
 
 
 @contextmanager
@@ -138,25 +122,34 @@ def job_group() -> Iterator[None]:
         _GROUP.reset(token)
 
 
+def _group_key(model: ServedModel, job: Job, deadline_ms: float | None) -> tuple[object, ...] | None:
+    """What makes two jobs of a group one input; None for a job that is never shared."""
+    if job.tensors is not None:
+        if job.tensors.identity is None:
+            return None
+        return (model.card.triton_name, job.tensors.output, job.tensors.identity(), deadline_ms)
+    return (model.card.triton_name, tuple(job.ids), tuple(job.type_ids or ()), job.layer, deadline_ms)
+
+
 async def run_jobs(runtime: Runtime, model: ServedModel, jobs: list[Job], *, deadline_ms: float | None = None,
-                  timing: Timing | None = None) -> tuple[float, float]:
+                   timing: Timing | None = None) -> tuple[float, float]:
     """Run every job without an error yet; returns (queue_ms, forward_ms), also added to `timing`."""
     candidates = [j for j in jobs if j.error is None]
     default = default_layer(runtime, model.card.triton_name)
     for job in candidates:
-        if job.layer is None:
+        if job.layer is None and job.tensors is None:
             job.layer = default
     deadline = deadline_ns(deadline_ms, timing)
     submitted = time.time_ns()
     group = _GROUP.get()
     runnable: list[Job] = []
-    waiting: list[tuple[Job, asyncio.Future[tuple[Result | None, ItemError | None]]]] = []
-    owned: dict[int, asyncio.Future[tuple[Result | None, ItemError | None]]] = {}
+    waiting: list[tuple[Job, _Shared]] = []
+    owned: dict[int, _Shared] = {}
     for job in candidates:
-        if group is None:
+        key = _group_key(model, job, deadline_ms) if group is not None else None
+        if group is None or key is None:
             runnable.append(job)
             continue
-        key = (model.card.triton_name, tuple(job.ids), tuple(job.type_ids or ()), job.layer, deadline_ms)
         future = group.get(key)
         if future is None:
             group[key] = owned[id(job)] = asyncio.get_running_loop().create_future()
@@ -201,14 +194,17 @@ async def run_jobs(runtime: Runtime, model: ServedModel, jobs: list[Job], *, dea
         # shared forward's when others were in it (429: try again).
         if alone:
             raise ApiError("request_too_large", f"model {model.id} ran out of memory on this request's inputs; "
-                                                "send fewer or shorter inputs")
+                                                "send fewer or smaller inputs")
         raise ApiError("overloaded", f"model {model.id} ran out of memory in a forward shared with other requests")
     answered = [j.result for j in runnable + [job for job, _ in waiting] if j.result is not None]
     queue_ms, forward_ms = phase_times(answered, submitted)
-    ran = [j.result for j in runnable if j.result is not None]  # what this call itself sent (metrics count it once)
-    for e in {(r.execution.started_ns, r.execution.forward_ns): r.execution for r in ran}.values():
+    ran = [j for j in runnable if j.result is not None]  # what this call itself sent (metrics count it once)
+    executions = {(j.result.execution.started_ns, j.result.execution.forward_ns): (j.result.execution, j.tensors)
+                  for j in ran if j.result is not None}
+    for e, tensors in executions.values():
         runtime.metrics.child(runtime.metrics.batch_rows, model.id).observe(e.rows)
-        runtime.metrics.child(runtime.metrics.batch_tokens, model.id).observe(e.tokens)
+        if tensors is None:  # a picture's forward has rows, not tokens
+            runtime.metrics.child(runtime.metrics.batch_tokens, model.id).observe(e.tokens)
     runtime.metrics.child(runtime.metrics.input_tokens, model.id).inc(sum(len(j.ids) for j in runnable))
     charge_model(timing, queue_ms, forward_ms)
     return queue_ms, forward_ms
