@@ -3,22 +3,29 @@
     python -m tools.soak serve --minutes 20 [--callers 16] [--out .cache/soak]   # a served stack, every surface
     python -m tools.soak shapes --engine openvino --precision bf16 --seconds 60 [--unbounded]   # one engine
     python -m tools.soak ab --engine openvino --precision bf16 --seconds 120    # bucketed vs not, interleaved
+    python -m tools.soak distinct --engine openvino --precision bf16 --shapes 48   # what a new shape leaves behind
 
 `serve` starts its own `sr-gateway serve` on a free loopback port (Triton is its child), sends a closed-loop mix of
 embeddings, classify, rerank and decisions requests (texts of 3–120 words, 1–16 inputs, 2–20 documents) from
 `--callers` callers until the time is up, and samples the resident memory of the gateway, tritonserver and every
-model instance (`triton_python_backend_stub`) every `--sample-s` seconds: only the process tree it started. It
+model instance (`triton_python_backend_stub`) every `--sample-s` seconds (RSS, and anonymous RSS as
+"anon:<process>"): only the process tree it started. It
 writes soak.json (samples, growth per minute after warm-up, requests, errors, latency percentiles) and soak.png.
 `shapes` runs one engine in-process on random ragged batches (every batch a new shape, as Triton's ragged batching
 gives) and prints its RSS timeline; `--unbounded` sets SR_BACKEND_UNBOUNDED=1 (no buckets, no cache caps: the old
 settings). `ab` runs one engine with and without buckets, alternating batch by batch, and prints the throughput
-ratio (one run, so a shared machine's noise hits both sides alike).
+ratio (one run, so a shared machine's noise hits both sides alike). `distinct` gives one engine `--shapes` input
+shapes it has not seen (bucketed ones; the largest first, so buffers sized by the largest shape are full before
+the count starts), then all of them again, and prints the heap in use (glibc's
+mallinfo2: exact, unlike RSS, which keeps freed pages) after each pass: what each new shape leaves behind.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import ctypes.util
 import json
 import os
 import random
@@ -49,16 +56,23 @@ def text(rng: random.Random, low: int = 3, high: int = 120) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
 
 
-def body(surface: str, rng: random.Random) -> tuple[str, dict[str, Any]]:
-    """One request of `surface` with varied lengths and row counts (every call a likely new ragged shape)."""
+def body(surface: str, rng: random.Random, largest: bool = False) -> tuple[str, dict[str, Any]]:
+    """One request of `surface` with varied lengths and row counts (every call a likely new ragged shape);
+    `largest`: the most inputs of the longest texts the load ever sends."""
+    def count(low: int, high: int) -> int:
+        return high if largest else rng.randint(low, high)
+
+    def some(low: int = 3, high: int = 120) -> str:
+        return text(rng, high, high) if largest else text(rng, low, high)
+
     if surface == "embeddings":
-        return "/v1/embeddings", {"model": EMBEDDER, "input": [text(rng) for _ in range(rng.randint(1, 16))]}
+        return "/v1/embeddings", {"model": EMBEDDER, "input": [some() for _ in range(count(1, 16))]}
     if surface == "classify":
-        return "/v1/classify", {"model": TAGGER, "input": [text(rng) for _ in range(rng.randint(1, 4))]}
+        return "/v1/classify", {"model": TAGGER, "input": [some() for _ in range(count(1, 4))]}
     if surface == "rerank":
-        return "/v1/rerank", {"model": EMBEDDER, "query": text(rng, 3, 20),
-                              "documents": [text(rng) for _ in range(rng.randint(2, 20))]}
-    return "/v1/decisions", {"model": DECIDER, "state": text(rng), "questions": {
+        return "/v1/rerank", {"model": EMBEDDER, "query": some(3, 20),
+                              "documents": [some() for _ in range(count(2, 20))]}
+    return "/v1/decisions", {"model": DECIDER, "state": some(), "questions": {
         "relevant": {"type": "noul", "instructions": "Does the text ask for a refund?"},
         "kind": {"type": "choice", "instructions": "What is this text about?",
                  "choices": [{"key": "billing"}, {"key": "code"}, {"key": "other"}]}}}
@@ -81,7 +95,8 @@ class Load:
 
 async def load(url: str, surfaces: tuple[str, ...], callers: int, seconds: float, seed: int = 23) -> Load:
     """Closed loop: `callers` callers, each sends its next request when the previous one answered, until
-    `seconds` have passed (bounded: it stops by itself)."""
+    `seconds` have passed (bounded: it stops by itself). Each caller opens with the largest request of every
+    surface, so buffers sized by the largest batch seen fill in the warm-up, not as a step in the measured part."""
     import aiohttp
 
     result = Load()
@@ -91,9 +106,11 @@ async def load(url: str, surfaces: tuple[str, ...], callers: int, seconds: float
 
         async def caller(k: int) -> None:
             rng = random.Random(seed * 1000 + k)
+            opening = list(surfaces)  # the largest request of each surface first
             while time.monotonic() < deadline:
-                surface = rng.choice(surfaces)
-                path, payload = body(surface, rng)
+                largest = bool(opening)
+                surface = opening.pop() if opening else rng.choice(surfaces)
+                path, payload = body(surface, rng, largest)
                 started = time.perf_counter()
                 try:
                     async with session.post(url + path, json=payload) as r:
@@ -118,8 +135,25 @@ def label(proc: Any) -> str:
     return proc.role if proc.role != "other" else f"{proc.instance}[{proc.pid}]"
 
 
+ANON = "anon:"  # sample keys of anonymous resident memory: "anon:<process>"
+
+
+def anon_rss(pid: int) -> int | None:
+    """Anonymous resident bytes of `pid` (RssAnon: the heap and other private memory, what a leak grows). RSS also
+    counts file-backed pages (the shared libraries, mapped weights), which the kernel drops and reads back as other
+    processes need memory: on a shared host that moved every instance's RSS by up to 80 MiB at once."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 async def sample(root: int, every: float, until: float, into: list[dict[str, Any]]) -> None:
-    """RSS (MiB) of every process under `root` (gateway, tritonserver, model instances) every `every` seconds."""
+    """RSS and anonymous RSS (MiB) of every process under `root` (gateway, tritonserver, model instances) every
+    `every` seconds."""
     from gateway.metrics import process_tree_memory
 
     started = time.monotonic()
@@ -128,6 +162,8 @@ async def sample(root: int, every: float, until: float, into: list[dict[str, Any
         row: dict[str, Any] = {"t": round(now - started, 1)}
         for proc in process_tree_memory(root):
             row[label(proc)] = round(proc.rss_bytes / 2**20, 1)
+            if (anon := anon_rss(proc.pid)) is not None:
+                row[ANON + label(proc)] = round(anon / 2**20, 1)
         into.append(row)
         if now >= until:
             return
@@ -163,13 +199,16 @@ def plot(samples: list[dict[str, Any]], warmup_s: float, path: Path, title: str)
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(10, 5))
-    names = sorted({k for row in samples for k in row if k != "t"})
+    names = sorted({k for row in samples for k in row if k != "t" and not k.startswith(ANON)})
     for name in names:
         points = [(r["t"] / 60, r[name]) for r in samples if name in r]
-        ax.plot(*zip(*points, strict=True), label=name)
+        line, = ax.plot(*zip(*points, strict=True), label=name)
+        anon = [(r["t"] / 60, r[ANON + name]) for r in samples if ANON + name in r]
+        if anon:
+            ax.plot(*zip(*anon, strict=True), color=line.get_color(), linestyle="--", linewidth=0.8)
     ax.axvline(warmup_s / 60, color="grey", linestyle=":", label="end of warm-up")
     ax.set_xlabel("minutes")
-    ax.set_ylabel("RSS (MiB)")
+    ax.set_ylabel("RSS (MiB); dashed: anonymous RSS")
     ax.set_title(title)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
@@ -342,6 +381,61 @@ def run_ab(args: argparse.Namespace) -> dict[str, Any]:
             "coarser_over_unbucketed": round(rate["coarser"] / rate["unbucketed"], 3)}
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def heap_in_use() -> float:
+    """Bytes this process holds from glibc malloc (all arenas, mmapped blocks included), in MiB."""
+    mallinfo2 = ctypes.CDLL(ctypes.util.find_library("c")).mallinfo2
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return round((info.uordblks + info.hblkhd) / 2**20, 1)
+
+
+def distinct_shapes(count: int) -> list[tuple[int, int]]:
+    """`count` distinct bucketed (rows, width) shapes, the cheapest first (every one a new entry in a per-shape
+    cache)."""
+    from sr_backend.engines.shapes import DEFAULT_BUCKETS
+
+    shapes = sorted(((r, w) for r in DEFAULT_BUCKETS.rows for w in DEFAULT_BUCKETS.lengths),
+                    key=lambda s: (s[0] * s[1], s))
+    return shapes[:count]
+
+
+def run_distinct(args: argparse.Namespace) -> dict[str, Any]:
+    """Heap in use after loading, after the first few shapes, after every shape once, after every shape again."""
+    if args.unbounded:
+        os.environ["SR_BACKEND_UNBOUNDED"] = "1"
+    engine = _engine(args)
+    rng = np.random.default_rng(args.seed)
+
+    def forward(rows: int, width: int) -> None:
+        ids = rng.integers(2000, 29000, (rows, width), dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+        if "token_type_ids" in engine.inputs:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        engine.forward(feed)
+
+    shapes = distinct_shapes(args.shapes)
+    heap = {"loaded": heap_in_use()}
+    forward(*shapes[-1])  # the largest first: buffers sized by the largest shape seen are full before the count
+    for rows, width in shapes[:args.first]:
+        forward(rows, width)
+    heap[f"first_{args.first}"] = heap_in_use()
+    for rows, width in shapes[args.first:]:
+        forward(rows, width)
+    heap["all_once"] = heap_in_use()
+    for rows, width in shapes:
+        forward(rows, width)
+    heap["all_twice"] = heap_in_use()
+    new = len(shapes) - args.first
+    return {"engine": args.engine, "precision": args.precision, "unbounded": args.unbounded, "shapes": len(shapes),
+            "heap_in_use_mib": heap, "mib_per_new_shape": round((heap["all_once"] - heap[f"first_{args.first}"])
+                                                                / max(1, new), 3)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -354,9 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--surfaces", default=",".join(SURFACES))
     serve.add_argument("--out", default=str(ROOT / ".cache" / "soak"))
     serve.add_argument("--unbounded", action="store_true", help="SR_BACKEND_UNBOUNDED=1: the old settings")
-    for name in ("shapes", "ab"):
-        sub = commands.add_parser(name, help="in-process: " + ("RSS under random shapes" if name == "shapes" else
-                                                               "throughput with vs without buckets"))
+    helps = {"shapes": "RSS under random shapes", "ab": "throughput with vs without buckets",
+             "distinct": "the heap a new input shape leaves behind"}
+    for name, help_ in helps.items():
+        sub = commands.add_parser(name, help="in-process: " + help_)
         sub.add_argument("--engine", default="openvino")
         sub.add_argument("--precision", default="bf16")
         sub.add_argument("--model", default=EMBEDDER)
@@ -365,13 +460,17 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("--seed", type=int, default=23)
         sub.add_argument("--sample-s", type=float, default=5.0)
         sub.add_argument("--unbounded", action="store_true", help="SR_BACKEND_UNBOUNDED=1: the old settings")
+        if name == "distinct":
+            sub.add_argument("--shapes", type=int, default=48)
+            sub.add_argument("--first", type=int, default=8, help="shapes seen before the count starts")
     args = parser.parse_args(argv)
     if args.command == "serve":
         report = run_serve(args)
         print(json.dumps({k: v for k, v in report.items() if k != "samples"}, indent=1))
         print(f"wrote {Path(args.out) / 'soak.json'} and soak.png")
     else:
-        print(json.dumps(run_shapes(args) if args.command == "shapes" else run_ab(args)))
+        run = {"shapes": run_shapes, "ab": run_ab, "distinct": run_distinct}[args.command]
+        print(json.dumps(run(args)))
     return 0
 
 

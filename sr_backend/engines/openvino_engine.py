@@ -4,6 +4,7 @@ on real request texts; FakeQuantize before every MatMul, VNNI/AMX int8 kernels, 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +16,30 @@ from .shapes import bounded, per_token_output
 # The CPU plugin keeps compiled kernels per input shape in a runtime cache of 5,000 entries by default: under
 # ragged traffic that is a new entry per (rows, width), about 2-3 MB each, and gigabytes per instance (issue 23).
 RUNTIME_CACHE_CAPACITY = 8
+# oneDNN, inside the CPU plugin, keeps a second, process-wide cache of compiled primitives (1,024 by default), also
+# one entry per shape, that the plugin's capacity does not reach: the creep left after the cap (the class docstring).
+# Read once per process from the environment, on the plugin's first primitive: set before the plugin loads.
+PRIMITIVE_CACHE_ENV = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+PRIMITIVE_CACHE_CAPACITY = 0
 
 _HINT = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}  # int8: the quantised ops run int8, the others f32
 
 
 class OpenVinoEngine:
-    """Memory (issue 23): the CPU plugin's per-shape runtime cache (CPU_RUNTIME_CACHE_CAPACITY, 5,000 by default)
-    grew MiniLM bf16 0.51 → 2.46 GB in 60 s of random shapes in-process, and served instances by ≈ 0.3 GB a minute.
-    A hit saves nothing measurable: with bucketed shapes, 8, 64 and 5,000 entries ran at 11.9, 11.8 and 11.5 rows/s
-    (interleaved in one run, 1 thread, MiniLM bf16, shared 2-core AMX host). So the cache holds 8 entries. With the
-    runner's buckets, in-process MiniLM bf16 went 419 → 429 MB from 15 to 75 s of random shapes (unbounded:
-    419 → 596); served instances grew +0.2 to +7.8 MiB/min over a 20-minute soak instead of ≈ 300, a slow creep
-    whose cause is not found yet (docs/benchmarks.md "Memory under a soak")."""
+    """Memory (issue 23): two per-shape caches, both capped. The CPU plugin's runtime cache
+    (CPU_RUNTIME_CACHE_CAPACITY, 5,000 by default) grew MiniLM bf16 0.51 → 2.46 GB in 60 s of random shapes
+    in-process, and served instances by ≈ 0.3 GB a minute; a hit saves nothing measurable (bucketed, 8, 64 and 5,000
+    entries: 11.9, 11.8, 11.5 rows/s, interleaved, 1 thread), so it holds 8. That left a creep of 10–20 MiB/min per
+    served MiniLM instance: oneDNN's own process-wide primitive cache (1,024 entries by default), one set of JIT
+    kernels per shape, out of the plugin's reach. Found with glibc's heap counters (`tools.soak distinct`: heap in
+    use, not RSS): the creep was heap in use, not freed pages (malloc_trim gave back < 2 MiB; MALLOC_ARENA_MAX made
+    no difference), it stopped once every bucketed shape had been seen (176 shapes, 4 passes: 201.7, 201.7, 202.2,
+    202.0 MiB) and one fixed set of shapes did not grow at all. MiniLM, largest shape first, then 40 new shapes:
+    bf16 0.84 MiB per new shape with oneDNN's default, 0.07 with ONEDNN_PRIMITIVE_CACHE_CAPACITY=0 (fp32: 1.35 →
+    0.60; what fp32 keeps per shape, 24 MiB for 40 shapes, is still bounded by the bucket set: a second pass adds
+    nothing). Speed unchanged: random bucketed batches, three processes side by side, 1 thread: 3.89 rows/s at
+    1,024 entries, 3.89 at 0, 3.87 at 64 (heap in use after 45 batches: 88, 74, 77 MiB). So the cache holds 0
+    entries (docs/benchmarks.md "Memory under a soak")."""
 
     name = "openvino"
 
@@ -40,6 +53,8 @@ class OpenVinoEngine:
 
     @classmethod
     def from_file(cls, onnx: Path, precision: str, threads: int) -> OpenVinoEngine:
+        if bounded():  # an operator's own value wins; the first engine of a process sets it for all its engines
+            os.environ.setdefault(PRIMITIVE_CACHE_ENV, str(PRIMITIVE_CACHE_CAPACITY))
         try:
             import openvino as ov
         except ImportError as exc:
