@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: venv models serve test test-gateway soak lint clean k8s
+.PHONY: venv models serve test test-gateway soak lint clean k8s lint-node test-node
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,20 +31,31 @@ k8s: venv
 	$(BIN)/python k8s/render.py gpu > build/k8s/gpu.yaml
 
 lint: venv
-	$(BIN)/ruff check gateway sr_backend sr_build tools tests/gateway k8s
-	$(BIN)/mypy gateway sr_backend sr_build tools k8s
+	$(BIN)/ruff check gateway sr_common sr_backend sr_build tools tests/gateway k8s
+	$(BIN)/mypy gateway sr_common sr_backend sr_build tools k8s
 
 test-gateway: models
 	$(BIN)/pytest -q tests/gateway --ignore=tests/gateway/test_soak.py
 
-# The short soak (issue 23): not in `make test` yet. Growth after warm-up is down from +300 MiB/min per MiniLM
-# instance to a few MiB/min, but not yet inside the test's 5 % bound on every run (docs/benchmarks.md).
+# The short soak (issue 23): not in `make test` yet. MiniLM's creep is fixed (oneDNN's primitive cache), but
+# pii-rampart (OpenVINO fp32) still grows in steps while it fills its shapes, and failed 1 of 3 runs of the final
+# rule (docs/benchmarks.md "Memory under a soak"); `make soak` runs it.
 soak: models
 	$(BIN)/pytest -q tests/gateway/test_soak.py
 
+# The one-node cluster (issue 26, tools/testenv/node): real kubelet, containerd, CNI bridge and kube-proxy, with its
+# own ports and run directory; up, tests/cluster, down, then a check that the host is as before. Not in `make test`
+# (docs/operations.md, "One-node cluster": build and run times).
+lint-node: venv
+	$(BIN)/ruff check tests/cluster
+	$(BIN)/mypy tests/cluster
+
+test-node: venv
+	CI=true DEBIAN_FRONTEND=noninteractive PYTEST=$(CURDIR)/$(BIN)/pytest bash tools/testenv/node/run-tests.sh </dev/null
+
 # Every target runs even when an earlier one fails (a red gateway suite still reports the control plane's result);
 # the summary names each failed target and the exit status is non-zero if any failed.
-TEST_TARGETS := lint lint-controlplane test-gateway test-controlplane
+TEST_TARGETS := lint lint-controlplane lint-node test-gateway test-controlplane
 test:
 	@failed=""; for target in $(TEST_TARGETS); do \
 		echo "==> make $$target"; \

@@ -1,5 +1,8 @@
 #!/bin/bash
-# Installs the Debian packages the controlplane test environment needs (idempotent, non-interactive).
+# install.sh [--node]: installs the Debian packages the controlplane test environment needs (idempotent,
+# non-interactive); --node adds what the one-node cluster (tools/testenv/node) runs: containerd with the CRI plugin,
+# runc, the CNI plugins, iptables/conntrack for kube-proxy, buildah for the images, and the static catatonit and
+# busybox binaries its own small images are made of.
 # Why apt: kube-apiserver is built from Debian's `kubernetes` source package, and etcd, Keystone and
 # PostgreSQL come from Debian too; nothing is downloaded from anywhere else.
 set -euo pipefail
@@ -7,6 +10,9 @@ export DEBIAN_FRONTEND=noninteractive
 
 PKGS=(etcd-server python3-keystone gunicorn postgresql prometheus openssl golang-go rsync jq dpkg-dev
       golang-github-modern-go-reflect2-dev curl)
+if [ "${1:-}" = --node ]; then
+  PKGS+=(containerd runc containernetworking-plugins iptables conntrack buildah debootstrap catatonit busybox-static dnsmasq-base)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
