@@ -334,7 +334,7 @@ def test_models_lists_question_types_presets_limits_and_confidence_formulas(http
     r = http.get("/v1/models")
     check("/v1/models", "get", 200, r.json())
     card = next(c for c in r.json()["data"] if c["id"] == MODEL)
-    assert card["question_types"] == ["choice", "noul", "score", "set", "span", "box"]
+    assert card["question_types"] == ["choice", "noul", "score", "set", "span", "box", "track"]
     assert {"pii", "relevance"} <= set(card["decisions"]["presets"])
     assert card["decisions"]["confidence"]["choice"] == "1 - H/ln K"
     assert card["limits"]["max_scan_tokens"] == 4096 and card["limits"]["max_request_tokens"] == 65536
