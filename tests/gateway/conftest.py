@@ -125,6 +125,22 @@ def triton_url() -> Iterator[str]:
         stop(proc)
 
 
+def serve_gateway(triton_url: str, log_name: str, *flags: str, timeout: float = 180) -> Iterator[str]:
+    """A gateway over the session's Triton (with `flags`), yielded once ready; it must exit cleanly afterwards."""
+    port = free_port()
+    proc = start(["serve", "--triton-url", triton_url, "--port", str(port), *flags], log_name)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed"), timeout,
+                 log_name, proc)
+        health = httpx.get(url + "/health").json()
+        assert health["status"] == "ready", f"the gateway ({log_name}) is not ready: {health}"
+        yield url
+    finally:
+        code = stop(proc)
+    assert code == 0, f"the gateway ({log_name}) did not exit cleanly"
+
+
 @pytest.fixture(scope="session")
 def gateway_url(triton_url: str) -> Iterator[str]:
     port = free_port()

@@ -20,7 +20,7 @@ import pytest
 
 from gateway.cards import discover
 
-from .conftest import ROOT, free_port, start, stop, wait_for
+from .conftest import ROOT, serve_gateway
 from .contract import check
 from .precision import golden_tolerance
 from .test_decisions_images_api import blank_png, receipt_png
@@ -35,16 +35,7 @@ MODELS = "all-minilm-l6-v2,pii-rampart,decision-zeroshot,ppocr-v4"
 
 
 def _serve(triton_url: str, name: str, *flags: str) -> Iterator[str]:
-    port = free_port()
-    proc = start(["serve", "--triton-url", triton_url, "--port", str(port), "--models", MODELS, *flags], name)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed"), 300, name,
-                 proc)
-        assert httpx.get(url + "/health").json()["status"] == "ready"
-        yield url
-    finally:
-        assert stop(proc) == 0, f"{name} did not exit cleanly"
+    yield from serve_gateway(triton_url, name, "--models", MODELS, *flags, timeout=300)
 
 
 @pytest.fixture(scope="module")

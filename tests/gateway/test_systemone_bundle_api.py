@@ -17,7 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import NLI, Served, free_port, settled_stats, start, stop, wait_for
+from .conftest import NLI, Served, serve_gateway, settled_stats, wait_for
 from .contract import check, timings
 
 MODEL = "decision-zeroshot"
@@ -34,16 +34,7 @@ def metric(url: str, name: str, **labels: str) -> float:
 
 
 def _serve(triton_url: str, name: str, *flags: str) -> Iterator[str]:
-    port = free_port()
-    proc = start(["serve", "--triton-url", triton_url, "--port", str(port), "--models", MODELS, *flags], name)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed"), 180, name,
-                 proc)
-        assert httpx.get(url + "/health").json()["status"] == "ready"
-        yield url
-    finally:
-        assert stop(proc) == 0, f"{name} did not exit cleanly"
+    yield from serve_gateway(triton_url, name, "--models", MODELS, *flags, timeout=180)
 
 
 @pytest.fixture(scope="module")

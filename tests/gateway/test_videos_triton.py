@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from .conftest import free_port, start, stop, wait_for
+from .conftest import serve_gateway
 from .contract import check
 from .test_videos_units import FONT, data_url, video
 
@@ -39,20 +39,9 @@ def platform(index: int, width: int, height: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def http(triton_url: str) -> Iterator[httpx.Client]:
-    port = free_port()
-    proc = start(["serve", "--triton-url", triton_url, "--port", str(port), "--models", ",".join(SERVED)],
-                 "gateway-videos.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed"), 300,
-                 "gateway (videos)", proc)
-        health = httpx.get(url + "/health").json()
-        assert health["status"] == "ready", f"the videos gateway is not ready: {health}"
+    for url in serve_gateway(triton_url, "gateway-videos.log", "--models", ",".join(SERVED), timeout=300):
         with httpx.Client(base_url=url, timeout=120) as client:
             yield client
-    finally:
-        code = stop(proc)
-    assert code == 0, "the videos gateway did not exit cleanly"
 
 
 @cache
