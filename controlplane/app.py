@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import sqlalchemy as sa
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from controlplane.auth import TOKEN_HEADER, KeystoneAuth, Principal
 from controlplane.config import Settings
-from controlplane.db import make_engine, migrate
+from controlplane.db import make_engine, migrate, ping
 from controlplane.errors import ApiError, invalid_request, too_many_requests
 from controlplane.kube import KubeBackend
 from controlplane.reconciler import Reconciler
@@ -507,15 +506,11 @@ async def readyz(request: web.Request) -> web.Response:
     app = request.app
     checks: dict[str, str] = {}
 
-    async def database() -> None:
-        async with app[ENGINE].connect() as conn:
-            await conn.execute(sa.text("SELECT 1"))
-
     async def kubernetes() -> None:
         if KUBE in app:
             await app[KUBE].ping()
 
-    probes = {"database": database(), "kubernetes": kubernetes(), "keystone": app[AUTH].check()}
+    probes = {"database": ping(app[ENGINE]), "kubernetes": kubernetes(), "keystone": app[AUTH].check()}
     results = await asyncio.gather(*(asyncio.wait_for(p, READY_CHECK_TIMEOUT_S) for p in probes.values()),
                                    return_exceptions=True)
     for name, result in zip(probes, results, strict=True):

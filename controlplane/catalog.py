@@ -1,7 +1,8 @@
 """Engines, models and artifacts: loaded from a YAML catalog file and looked up with visibility rules.
 
 Each entry is public (no ``project``) or owned by one project. A deployment may only combine resources
-that are all public or all owned by the caller's project.
+that are all public or all owned by the caller's project. The database side (upserts, visibility-checked
+lookups) is :mod:`controlplane.store.catalog`.
 """
 
 from __future__ import annotations
@@ -9,11 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
 import yaml
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from controlplane.db import artifacts, engines, models, utcnow
+from controlplane.store.catalog import upsert_entries
 
 SAMPLE_CATALOG = Path(__file__).with_name("catalog.yaml")
 BACKEND_TYPES = ("InferenceService", "LLMInferenceService")
@@ -102,26 +102,14 @@ def _artifact_row(a: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _upsert(conn: AsyncConnection, table: sa.Table, row: dict[str, Any]) -> None:
-    exists = await conn.scalar(sa.select(sa.func.count()).select_from(table).where(table.c.id == row["id"]))
-    if exists:
-        await conn.execute(table.update().where(table.c.id == row["id"]).values(**row, deleted_at=None))
-    else:
-        await conn.execute(table.insert().values(**row, created_at=utcnow()))
-
-
 async def import_catalog(engine: AsyncEngine, data: dict[str, Any]) -> dict[str, int]:
     """Insert or update every entry of a parsed catalog document in one transaction; returns counts."""
-    plan = [
-        (engines, [_engine_row(e) for e in data.get("engines") or []]),
-        (models, [_model_row(m) for m in data.get("models") or []]),
-        (artifacts, [_artifact_row(a) for a in data.get("artifacts") or []]),
-    ]
-    async with engine.begin() as conn:
-        for table, rows in plan:
-            for row in rows:
-                await _upsert(conn, table, row)
-    return {table.name: len(rows) for table, rows in plan}
+    return await upsert_entries(
+        engine,
+        engine_rows=[_engine_row(e) for e in data.get("engines") or []],
+        model_rows=[_model_row(m) for m in data.get("models") or []],
+        artifact_rows=[_artifact_row(a) for a in data.get("artifacts") or []],
+    )
 
 
 async def import_catalog_file(engine: AsyncEngine, path: str | Path) -> dict[str, int]:
@@ -131,13 +119,3 @@ async def import_catalog_file(engine: AsyncEngine, path: str | Path) -> dict[str
         raise CatalogError("catalog file must be a mapping with engines/models/artifacts")
     return await import_catalog(engine, data)
 
-
-async def find_visible(
-    conn: AsyncConnection, table: sa.Table, item_id: str, project_id: str | None
-) -> sa.Row[Any] | None:
-    """A live entry that is public or owned by ``project_id``; ``None`` otherwise (no existence leak)."""
-    visible: sa.ColumnElement[bool] = table.c.project_id.is_(None)
-    if project_id:
-        visible = sa.or_(visible, table.c.project_id == project_id)
-    stmt = sa.select(table).where(table.c.id == item_id, table.c.deleted_at.is_(None), visible)
-    return (await conn.execute(stmt)).first()

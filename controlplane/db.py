@@ -153,6 +153,12 @@ async def migrate(engine: AsyncEngine) -> str:
         return await conn.run_sync(_migrate_sync)
 
 
+async def ping(engine: AsyncEngine) -> None:
+    """Readiness: one round trip to the catalog database (raises when it does not answer)."""
+    async with engine.connect() as conn:
+        await conn.execute(sa.text("SELECT 1"))
+
+
 def make_engine(url: str) -> AsyncEngine:
     """An async engine; SQLite gets a busy timeout so concurrent writers wait instead of failing."""
     if url.startswith("sqlite"):

@@ -22,9 +22,8 @@ from sqlalchemy.exc import IntegrityError
 from controlplane import validation as v
 from controlplane import workload
 from controlplane.auth import Principal
-from controlplane.catalog import find_visible
 from controlplane.config import Settings
-from controlplane.db import artifacts, engines, models, utcnow
+from controlplane.db import utcnow
 from controlplane.errors import ApiError, conflict, invalid_request, not_found, unprocessable
 from controlplane.kube import KINDS, STOP_ANNOTATION, Kind, KubeBackend, configured
 from controlplane.rendering import render
@@ -39,7 +38,11 @@ from controlplane.runtime_spec import (
 )
 from controlplane.store import (
     WRITE_ATTEMPTS,
+    ArtifactRecord,
+    DeploymentRecord,
     DeploymentStore,
+    EngineRecord,
+    ModelRecord,
     StaleRow,
     namespace,
     require_kind,
@@ -78,20 +81,20 @@ class Lifecycle:
         model_id, artifact_id = v.opt_str(body, "modelId"), v.opt_str(body, "artifactId")
         model_uri = v.opt_str(body, "modelUri")
         user_labels = v.labels(body.get("labels"))
-        async with self.store.db.connect() as conn:
-            eng = await find_visible(conn, engines, engine_id, project)
+        async with self.store.reads() as reads:
+            eng = await reads.engine(engine_id, project)
             if eng is None:
                 raise invalid_request(f"engine {engine_id} not found")
             owners: list[str | None] = [eng.project_id]
-            model = None
+            model: ModelRecord | None = None
             if model_id:
-                model = await find_visible(conn, models, model_id, project)
+                model = await reads.model(model_id, project)
                 if model is None:
                     raise invalid_request(f"model {model_id} not found")
                 owners.append(model.project_id)
-            art = None
+            art: ArtifactRecord | None = None
             if artifact_id:
-                art = await find_visible(conn, artifacts, artifact_id, project)
+                art = await reads.artifact(artifact_id, project)
                 if art is None:
                     raise invalid_request(f"artifact {artifact_id} not found")
                 if not art.ready:
@@ -102,7 +105,7 @@ class Lifecycle:
                 raise invalid_request("artifactId or modelUri is required")
             resolved_uri = v.oci_uri(uri_source)
             runtime, lora_owners = await resolve_runtime(
-                conn, project, eng, body, strict_replicas=False, limits=self.settings
+                reads, project, eng, body, strict_replicas=False, limits=self.settings
             )
         scope = visibility_scope(project, owners + lora_owners)
         if eng.backend_type not in KINDS:
@@ -124,14 +127,14 @@ class Lifecycle:
         }
         labels = {**user_labels, workload.RUNTIME_LABEL: eng.runtime}
         now = utcnow()
-        record = {
-            "id": dep_id, "name": name, "description": description, "status": "pending", "stopped": False,
-            "project_id": project, "project_name": who.project_name, "domain_id": who.domain_id,
-            "domain_name": who.domain_name, "owner_user_id": who.user_id, "owner_name": who.user_name,
-            "k8s_name": name_k8s, "backend_catalog": "k8s" if self.kube else None,
-            "backend_type": eng.backend_type if self.kube else None, "backend_uid": None, "scope": scope,
-            "spec": spec, "labels": labels, "created_at": now, "updated_at": now,
-        }
+        record = DeploymentRecord(
+            id=dep_id, name=name, description=description, status="pending", stopped=False,
+            project_id=project, project_name=who.project_name, domain_id=who.domain_id,
+            domain_name=who.domain_name, owner_user_id=who.user_id, owner_name=who.user_name,
+            k8s_name=name_k8s, backend_catalog="k8s" if self.kube else None,
+            backend_type=eng.backend_type if self.kube else None, backend_uid=None, scope=scope,
+            spec=spec, labels=labels, created_at=now, updated_at=now,
+        )
         try:
             await self.store.insert(record)
         except IntegrityError as exc:
@@ -140,7 +143,7 @@ class Lifecycle:
         if self.kube is not None:
             obj = workload.build_object(
                 backend_type=eng.backend_type, name=name_k8s, namespace=namespace(project),
-                deployment_id=dep_id, spec=spec, labels=labels, engine=eng._asdict(),
+                deployment_id=dep_id, spec=spec, labels=labels, engine=eng,
             )
             try:
                 created = await self._submit(KINDS[eng.backend_type], namespace(project), obj, dep_id)
@@ -154,7 +157,14 @@ class Lifecycle:
                 await self._orphaned(dep_id, type(exc).__name__)
                 raise
             await self.store.set_backend_uid(dep_id, (created.get("metadata") or {}).get("uid"))
-        return render(await self.store.fetch(dep_id))
+        return await self._rendered(dep_id)
+
+    async def _rendered(self, dep_id: str) -> dict[str, Any]:
+        """The record as stored after a write, rendered (404 if it went meanwhile)."""
+        record = await self.store.fetch(dep_id)
+        if record is None:
+            raise not_found(f"deployment {dep_id} not found")
+        return render(record)
 
     async def _orphaned(self, dep_id: str, why: str) -> None:
         """The workload may exist without anyone knowing: leave the record ``deleting`` for the reconciler,
@@ -242,16 +252,16 @@ class Lifecycle:
     ) -> dict[str, Any]:
         """One read-merge-write round: Kubernetes replace carries the resourceVersion it read, the catalog
         write the row version it read; a lost race on either raises so the caller merges again."""
-        async with self.store.db.connect() as conn:
-            row = await self.store.get(dep_id, who, write=True, conn=conn)
+        async with self.store.reads() as reads:
+            row = await reads.deployment(dep_id, who, write=True)
             spec = dict(row.spec)
             runtime_change = bool(set(body) & RUNTIME_FIELDS)
-            eng: Any = None
+            eng: EngineRecord | None = None
             if runtime_change:
                 new_engine_id = body.get("engineId", spec["engineId"])
                 if not isinstance(new_engine_id, str) or not new_engine_id:
                     raise invalid_request("engineId must be a non-empty string")
-                eng = await find_visible(conn, engines, new_engine_id, project)
+                eng = await reads.engine(new_engine_id, project)
                 if eng is None:
                     raise not_found(f"engine {new_engine_id} not found")
                 if eng.backend_type not in KINDS:
@@ -265,7 +275,7 @@ class Lifecycle:
                 if cfg.get("lora") is not None and not (cfg["lora"] or {}).get("adapters"):
                     cfg["lora"] = None
                 runtime, lora_owners = await resolve_runtime(
-                    conn, project, eng, cfg, strict_replicas=True, limits=self.settings
+                    reads, project, eng, cfg, strict_replicas=True, limits=self.settings
                 )
                 owners = [eng.project_id, *lora_owners]
                 scope = visibility_scope(project, owners + ([project] if row.scope == "project" else [None]))
@@ -279,7 +289,7 @@ class Lifecycle:
                 values.update(spec=spec, status="pending", stopped=False)
         if runtime_change and self.kube is not None and eng is not None:
             kind = require_kind(row, "invalid_request")
-            new_spec = workload.build_spec(row.backend_type, spec, eng._asdict())
+            new_spec = workload.build_spec(kind.name, spec, eng)
 
             def mutate(obj: dict[str, Any]) -> None:
                 obj["spec"] = new_spec
@@ -290,7 +300,7 @@ class Lifecycle:
             await self.kube.update(kind, namespace(row.project_id), row.k8s_name, row.backend_uid, mutate)
         if values:
             await self.store.write(row, values)
-        return render(await self.store.fetch(dep_id))
+        return await self._rendered(dep_id)
 
     async def set_stopped(self, who: Principal, dep_id: str, stop: bool) -> dict[str, Any]:
         """Flip the KServe stop annotation; the replica count and configuration are kept."""
@@ -325,7 +335,7 @@ class Lifecycle:
                     row = await self.store.get(dep_id, who, write=True)  # merge onto the newer row
             else:
                 raise conflict(f"deployment {dep_id} changed concurrently; try again")
-        return render(await self.store.fetch(dep_id))
+        return await self._rendered(dep_id)
 
     @staticmethod
     async def _pods_gone(kube: KubeBackend, kind: Kind, ns: str, name: str) -> bool:

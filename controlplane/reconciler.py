@@ -21,14 +21,13 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from controlplane import workload
-from controlplane.db import deployments, utcnow
+from controlplane.db import utcnow
 from controlplane.errors import ApiError
 from controlplane.kube import KINDS, ClusterView, KubeBackend
-from controlplane.store import DELETING, DeploymentStore, StaleRow, namespace, workload_kind
+from controlplane.store import DELETING, DeploymentRecord, DeploymentStore, StaleRow, namespace, workload_kind
 from controlplane.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -48,6 +47,19 @@ def live_view(obj: dict[str, Any], live_pods: int | None) -> dict[str, Any]:
         status = "ready" if ready == "True" else "pending"
     ep = workload.endpoint(obj) if status in ("ready", "stopping") else None
     return {"status": status, "stopped": stopped, "ready": ready, "conditions": conds or None, "endpoint": ep}
+
+
+def catalog_changes(record: DeploymentRecord, view: dict[str, Any]) -> dict[str, Any] | None:
+    """The catalog values that bring ``record`` in line with a workload's :func:`live_view`; ``None`` when the
+    record already says the same (no write, so no row version is spent on a pass that changed nothing)."""
+    spec = dict(record.spec)
+    if (record.status, record.stopped, record.ready, record.conditions, spec.get("endpoint")) == (
+        view["status"], view["stopped"], view["ready"], view["conditions"], view["endpoint"]
+    ):
+        return None
+    spec["endpoint"] = view["endpoint"]
+    return {"status": view["status"], "stopped": view["stopped"], "spec": spec, "ready": view["ready"],
+            "conditions": view["conditions"]}
 
 
 def _rfc3339_micro(value: datetime) -> str:
@@ -198,9 +210,7 @@ class Reconciler:
 
     async def reconcile_once(self) -> None:
         """One pass over every live Kubernetes-backed record and every managed workload."""
-        async with self.store.db.connect() as conn:
-            rows = (await conn.execute(sa.select(deployments).where(
-                deployments.c.backend_catalog == "k8s"))).all()
+        rows = await self.store.kubernetes_backed()
         objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         for kind in KINDS.values():
             for obj in await self.cluster.managed_workloads(kind, MANAGED_SELECTOR):
@@ -252,21 +262,15 @@ class Reconciler:
         self.telemetry.drift.labels(kind="records_without_workload").set(len(vanished))
         self.telemetry.drift.labels(kind="workloads_without_record").set(len(orphans))
 
-    async def _sync(self, row: Any, obj: dict[str, Any]) -> None:
+    async def _sync(self, row: DeploymentRecord, obj: dict[str, Any]) -> None:
         """Store what the workload says when it differs from the record (row-version guarded)."""
         kind = workload_kind(row)
         assert kind is not None
         pods = None
         if workload.is_stop_requested(obj):
             pods = await self.kube.count_live_pods(kind, namespace(row.project_id), row.k8s_name)
-        view = live_view(obj, pods)
-        spec = dict(row.spec)
-        if (row.status, bool(row.stopped), row.ready, row.conditions, spec.get("endpoint")) == (
-            view["status"], view["stopped"], view["ready"], view["conditions"], view["endpoint"]
-        ):
+        changes = catalog_changes(row, live_view(obj, pods))
+        if changes is None:
             return
-        spec["endpoint"] = view["endpoint"]
         with contextlib.suppress(StaleRow):  # a user write came first; the next pass reads the new row
-            await self.store.write(row, {"status": view["status"], "stopped": view["stopped"], "spec": spec,
-                                         "ready": view["ready"], "conditions": view["conditions"],
-                                         "observed_at": utcnow()})
+            await self.store.write(row, {**changes, "observed_at": utcnow()})

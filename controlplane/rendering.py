@@ -1,9 +1,11 @@
-"""The spec's deployment object, rendered from a catalog row (plus live fields when the caller read them)."""
+"""The spec's deployment object, rendered from a catalog record (plus live fields when the caller read them)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+
+from controlplane.store.records import DeploymentRecord
 
 
 def rfc3339(value: datetime) -> str:
@@ -13,32 +15,31 @@ def rfc3339(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def render(row: Any, live: dict[str, Any] | None = None) -> dict[str, Any]:
+def render(record: DeploymentRecord, live: dict[str, Any] | None = None) -> dict[str, Any]:
     """The deployment object of the spec; ``live`` adds ready/conditions read from KServe."""
-    spec = {k: val for k, val in dict(row.spec).items() if val not in (None, "", [], {})}
+    spec = {k: val for k, val in record.spec.items() if val not in (None, "", [], {})}
     out: dict[str, Any] = {
-        "id": row.id,
-        "name": row.name,
-        "description": row.description or "",
-        "status": row.status,
-        "projectId": row.project_id,
-        "ownerUserId": row.owner_user_id,
+        "id": record.id,
+        "name": record.name,
+        "description": record.description or "",
+        "status": record.status,
+        "projectId": record.project_id,
+        "ownerUserId": record.owner_user_id,
         "backend": {
-            "catalog": row.backend_catalog or "",
-            "type": row.backend_type or "",
-            "id": f"{row.project_id}/{row.k8s_name}",
+            "catalog": record.backend_catalog or "",
+            "type": record.backend_type or "",
+            "id": f"{record.project_id}/{record.k8s_name}",
         },
         "spec": spec,
-        "stopped": bool(row.stopped),
-        "createdAt": rfc3339(row.created_at),
-        "updatedAt": rfc3339(row.updated_at),
+        "stopped": record.stopped,
+        "createdAt": rfc3339(record.created_at),
+        "updatedAt": rfc3339(record.updated_at),
     }
-    for key, col in (("projectName", "project_name"), ("domainId", "domain_id"),
-                     ("domainName", "domain_name"), ("ownerName", "owner_name")):
-        if getattr(row, col):
-            out[key] = getattr(row, col)
-    if row.labels:
-        out["labels"] = dict(row.labels)
+    optional = {"projectName": record.project_name, "domainId": record.domain_id,
+                "domainName": record.domain_name, "ownerName": record.owner_name}
+    out.update({key: val for key, val in optional.items() if val})
+    if record.labels:
+        out["labels"] = dict(record.labels)
     if live:
         if live.get("ready"):
             out["ready"] = live["ready"]

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from controlplane import validation as v
-from controlplane.catalog import find_visible, image_pin_problem
+from controlplane.catalog import image_pin_problem
 from controlplane.config import Settings
-from controlplane.db import artifacts, models
 from controlplane.errors import invalid_request
+from controlplane.store import CatalogReads, EngineRecord
 
 PATCH_FIELDS = frozenset(
     {"name", "description", "engineId", "modelName", "replicas", "image", "command", "args", "env",
@@ -26,7 +24,7 @@ RUNTIME_FIELDS = PATCH_FIELDS - {"name", "description"}
 
 
 async def resolve_runtime(
-    conn: AsyncConnection, project: str, eng: Any, cfg: dict[str, Any], *, strict_replicas: bool,
+    reads: CatalogReads, project: str, eng: EngineRecord, cfg: dict[str, Any], *, strict_replicas: bool,
     limits: Settings,
 ) -> tuple[dict[str, Any], list[str | None]]:
     """Validate the runtime part of a configuration against its engine; returns spec fields and the
@@ -62,14 +60,14 @@ async def resolve_runtime(
         raise invalid_request("LoRA adapters are only supported for vLLM engines")
     resolved = []
     for a in adapters:
-        art = await find_visible(conn, artifacts, a["artifactId"], project)
+        art = await reads.artifact(a["artifactId"], project)
         if art is None:
             raise invalid_request(f"LoRA artifact {a['artifactId']} not found")
         if not art.ready or not art.lora or not v.is_digest_pinned(art.uri):
             raise invalid_request(
                 f"LoRA artifact {art.id} must be ready, flagged as LoRA and pinned by digest"
             )
-        if "modelId" in a and await find_visible(conn, models, a["modelId"], project) is None:
+        if "modelId" in a and await reads.model(a["modelId"], project) is None:
             raise invalid_request(f"LoRA model {a['modelId']} not found")
         owners.append(art.project_id)
         resolved.append({**a, "uri": art.uri})

@@ -6,8 +6,8 @@ writes in
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -22,7 +22,7 @@ from controlplane.lifecycle import Lifecycle
 from controlplane.probe import Prober, Target
 from controlplane.reconciler import live_view
 from controlplane.rendering import render
-from controlplane.store import DeploymentStore, namespace, workload_kind
+from controlplane.store import DeploymentRecord, DeploymentStore, namespace, workload_kind
 from controlplane.workload_access import READ, WorkloadAccess
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class DeploymentService:
         rows = await self.store.all_visible(who)
         limit = asyncio.Semaphore(self.settings.probe_concurrency)
 
-        async def target(row: Any) -> Target | None:
+        async def target(row: DeploymentRecord) -> Target | None:
             """Where to probe, or ``None`` when the workload is not configured, not ready or stopped."""
             kind = workload_kind(row)
             if self.kube is None or kind is None:
@@ -104,5 +104,5 @@ class DeploymentService:
         view = live_view(obj, pods)
         # Reads never write: the reconciler keeps the catalog in step; this response shows the live view.
         spec = {**dict(row.spec), "endpoint": view["endpoint"]}
-        shown = SimpleNamespace(**{**row._asdict(), "status": view["status"], "stopped": view["stopped"], "spec": spec})
+        shown = dataclasses.replace(row, status=view["status"], stopped=view["stopped"], spec=spec)
         return render(shown, {"ready": view["ready"], "conditions": view["conditions"]})

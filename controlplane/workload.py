@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 from controlplane.kube import GROUP, KINDS, STOP_ANNOTATION
+from controlplane.store.records import EngineRecord
 
 MANAGED_BY = "sr-controlplane"
 DEPLOYMENT_ID_LABEL = "sr-gateway.io/deployment-id"
@@ -44,37 +45,37 @@ def _k8s_resources(res: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"requests": dict(values), "limits": dict(values)} if values else None
 
 
-def _container_overrides(spec: dict[str, Any], engine: dict[str, Any]) -> dict[str, Any]:
+def _container_overrides(spec: dict[str, Any], engine: EngineRecord) -> dict[str, Any]:
     """The container fields of the workload: the engine's catalog entry, overridden field by field by the
     deployment's own values (env by variable name, resources by key), so a catalog's pinned image and its
     resources reach the pods and not only the catalog table."""
     out: dict[str, Any] = {}
-    if image := spec.get("image") or engine.get("image"):
+    if image := spec.get("image") or engine.image:
         out["image"] = str(image)
-    for key in ("command", "args"):
-        if value := spec.get(key) or engine.get(key):
+    for key, default in (("command", engine.command), ("args", engine.args)):
+        if value := spec.get(key) or default:
             out[key] = [str(x) for x in value]
     env_by_name: dict[str, dict[str, Any]] = {}
-    for e in [*(engine.get("env") or []), *(spec.get("env") or [])]:
+    for e in [*(engine.env or []), *(spec.get("env") or [])]:
         env_by_name[str(e["name"])] = dict(e)
     if spec.get("modelName") and "SERVED_MODEL_NAME" not in env_by_name:
         env_by_name["SERVED_MODEL_NAME"] = {"name": "SERVED_MODEL_NAME", "value": spec["modelName"]}
     if env_by_name:
         out["env"] = list(env_by_name.values())
-    merged = {**(engine.get("resources") or {}), **{k: v for k, v in (spec.get("resources") or {}).items() if v}}
+    merged = {**(engine.resources or {}), **{k: v for k, v in (spec.get("resources") or {}).items() if v}}
     if res := _k8s_resources(merged):
         out["resources"] = res
     return out
 
 
-def build_spec(backend_type: str, spec: dict[str, Any], engine: dict[str, Any]) -> dict[str, Any]:
+def build_spec(backend_type: str, spec: dict[str, Any], engine: EngineRecord) -> dict[str, Any]:
     """The KServe ``spec`` for a deployment snapshot and its engine row."""
     replicas = int(spec.get("replicas") or 1)
     overrides = _container_overrides(spec, engine)
     if backend_type == "InferenceService":
         model: dict[str, Any] = {
-            "modelFormat": {"name": engine.get("model_format") or engine["runtime"]},
-            "runtime": engine["config_name"],
+            "modelFormat": {"name": engine.model_format or engine.runtime},
+            "runtime": engine.config_name,
             "storageUri": spec["modelUri"],
             **overrides,
         }
@@ -87,7 +88,7 @@ def build_spec(backend_type: str, spec: dict[str, Any], engine: dict[str, Any]) 
     out: dict[str, Any] = {
         "model": llm_model,
         "replicas": replicas,
-        "baseRefs": [{"name": engine["config_name"]}],
+        "baseRefs": [{"name": engine.config_name}],
     }
     if overrides:
         out["template"] = {"containers": [{"name": "main", **overrides}]}
@@ -104,7 +105,7 @@ def build_object(
     deployment_id: str,
     spec: dict[str, Any],
     labels: dict[str, str],
-    engine: dict[str, Any],
+    engine: EngineRecord,
 ) -> dict[str, Any]:
     """The full KServe object to create for a new deployment."""
     kind = KINDS[backend_type]

@@ -1,6 +1,7 @@
 """Fixtures over the real test environment started by tools/testenv (kube-apiserver + etcd, Keystone,
 PostgreSQL). Run through ``make test-controlplane``; without that environment these tests are skipped,
-unless ``SR_CP_REQUIRE_TESTENV=1`` (set by the make target), which turns the skip into a failure.
+unless ``SR_CP_REQUIRE_TESTENV=1`` (set by the make target), which turns the skip into a failure. A module
+with ``NEEDS_TESTENV = False`` runs either way (test_store_records: pure logic and the store on SQLite).
 
 The catalog backend is chosen by ``SR_CP_TEST_DB`` (``sqlite`` or ``postgresql``); the make target runs
 the whole suite once per backend.
@@ -52,17 +53,24 @@ SHORT_TOKEN_TTL_S = 1.0
 PROBE_TIMEOUT_S = 1.0
 
 
+def _needs_testenv(item: pytest.Item) -> bool:
+    """Every control-plane test needs the real environment, except those of a module that declares
+    ``NEEDS_TESTENV = False`` (pure logic, or the store on a local SQLite file)."""
+    module = getattr(item, "module", None)
+    return "tests/controlplane" in str(item.fspath) and getattr(module, "NEEDS_TESTENV", True)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip (or, under make, fail) when the real environment is missing: never test against fakes."""
     missing = [k for k in REQUIRED_ENV if not os.environ.get(k)]
-    if not missing:
+    needing = [item for item in items if _needs_testenv(item)]
+    if not missing or not needing:
         return
     if os.environ.get("SR_CP_REQUIRE_TESTENV") == "1":
         raise pytest.UsageError(f"controlplane test environment missing: {', '.join(missing)}")
     mark = pytest.mark.skip(reason="needs tools/testenv (run `make test-controlplane`)")
-    for item in items:
-        if "tests/controlplane" in str(item.fspath):
-            item.add_marker(mark)
+    for item in needing:
+        item.add_marker(mark)
 
 
 # -- OpenAPI response validation -------------------------------------------------------------------------
