@@ -15,6 +15,7 @@ from .runtime import Runtime
 from .settings import Settings
 from .surfaces import bundle, classify, decisions, embeddings, info, rerank, systemone
 from .surfaces.common import RUNTIME_KEY, error_response
+from .triton import Engine
 
 LIFECYCLE_KEY = web.AppKey("lifecycle", Lifecycle)
 log = logging.getLogger("sr_gateway.http")
@@ -43,9 +44,13 @@ async def json_errors(request: web.Request,
         return error_response(ApiError("internal_error", "internal error; see the gateway log"))
 
 
-def create_app(settings: Settings, *, start_models: bool = True) -> web.Application:
+def create_app(settings: Settings, *, engine: Engine | None = None, start_models: bool = True) -> web.Application:
+    """The gateway over `engine`, or (None) over Triton as the settings say: a child tritonserver, or the one at
+    --triton-url. A given engine (the fast tests' fake) sits behind the same `Inference` (row packing,
+    coalescing) as Triton; no child process, no gRPC. `start_models`: load, warm and check every model through
+    the lifecycle at start-up, and stop it at shutdown; without it the caller sets the models' statuses."""
     cards = discover(settings.model_repository, settings.model_ids or None)
-    runtime = Runtime(settings, cards, Metrics())
+    runtime = Runtime(settings, cards, Metrics(), engine)
     app = web.Application(middlewares=[json_errors], client_max_size=settings.max_request_bytes + 1)
     app[RUNTIME_KEY] = runtime
     app.add_routes(info.routes() + embeddings.routes() + classify.routes() + rerank.routes()

@@ -3,9 +3,10 @@ stops Triton.
 
 Child mode: a tritonserver that exits is restarted with backoff (at most --triton-restart-limit times per window,
 then every model is failed with the reason), and its models go through loading → warming → ready again.
-External mode (--triton-url): nothing is restarted; Triton's liveness is tracked and the models are brought back
-when it returns. In both modes a model whose instance died (a Python-backend stub missing from the process tree, or
-named dead by Triton in an error) is degraded and reloaded through Triton's repository API.
+External mode (--triton-url), or an engine given to `create_app`: nothing is restarted; the engine's liveness is
+tracked and the models are brought back when it returns. In both modes a model whose instance died (a
+Python-backend stub missing from the process tree, or named dead by Triton in an error) is degraded and reloaded
+through Triton's repository API.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections import deque
 from typing import Any
 
+from .inference import Inference
 from .readiness import check_golden, prepare_heads
 from .runtime import Runtime, ServedModel, apply_loaded_config
 from .supervisor import TritonProcess, still_in_group
@@ -57,16 +59,17 @@ class Lifecycle:
         for model in self.runtime.models:
             for reason in ("instance_lost", "not_ready", "failed"):
                 metrics.child(metrics.model_reloads, model, reason)
-        runner = self._track_external if self.runtime.settings.triton_url else self._supervise_child
+        given = self.runtime.inference is not None  # create_app(engine=...): that engine, never a child
+        runner = self._track_external if self.runtime.settings.triton_url or given else self._supervise_child
         self.task = asyncio.create_task(runner())
 
     # -- Triton connection ------------------------------------------------------------------------------------
-    def _connect(self, url: str) -> Triton:
-        old = self.runtime.triton
-        self.runtime.triton = Triton(url, on_instance_lost=self._instance_lost)
+    def _connect(self, url: str) -> Inference:
+        old = self.runtime.inference
+        self.runtime.inference = Inference(Triton(url, on_instance_lost=self._instance_lost))
         if old is not None:
             asyncio.create_task(old.close())  # noqa: RUF006 - in-flight calls on it fail as unavailable
-        return self.runtime.triton
+        return self.runtime.inference
 
     def _instance_lost(self, model: str, instance: str) -> None:
         self._lost.setdefault(model, set()).add(instance)
@@ -124,8 +127,8 @@ class Lifecycle:
                                          metrics_address=settings.triton_metrics_address)
             try:
                 await self.process.start()
-                triton = self._connect(self.process.url)
-                await triton.wait_live(settings.triton_startup_seconds)
+                inference = self._connect(self.process.url)
+                await inference.engine.wait_live(settings.triton_startup_seconds)
             except (TritonFailure, OSError, RuntimeError) as exc:
                 log.error("Triton did not start: %s", exc)
                 await self.process.stop(5.0)
@@ -165,12 +168,12 @@ class Lifecycle:
 
     # -- external mode ----------------------------------------------------------------------------------------
     async def _track_external(self) -> None:
-        """Never restarts anything: follows Triton's liveness, answers 503 while it is away, recovers after."""
+        """Never restarts anything: follows the engine's liveness, answers 503 while it is away, recovers after."""
         settings = self.runtime.settings
-        triton = self._connect(settings.triton_url)
+        engine = (self.runtime.inference or self._connect(settings.triton_url)).engine
         up: bool | None = None
         while not self._stopping:
-            live = await triton.is_live()
+            live = await engine.is_live()
             if live and not up:
                 self._set_live(True)
                 self._bring_up_all()
@@ -179,7 +182,7 @@ class Lifecycle:
                 self._set_live(False)
                 if self._watch is not None:
                     self._watch.cancel()
-                self._all_back_to("loading", f"Triton at {settings.triton_url} is not live; waiting for it")
+                self._all_back_to("loading", f"Triton at {engine.url} is not live; waiting for it")
             up = live
             await asyncio.sleep(settings.triton_check_seconds)
 
@@ -191,8 +194,8 @@ class Lifecycle:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval)
             self._wake.clear()
-            triton = self.runtime.triton
-            assert triton is not None
+            assert self.runtime.inference is not None
+            engine = self.runtime.inference.engine
             running = self.process.instances() if self.process is not None else None
             for model in list(self.runtime.models.values()):
                 if model.status != "ready" or self._busy(model):
@@ -211,7 +214,7 @@ class Lifecycle:
                     self.runtime.set_status(model, "degraded", why)
                     self.runtime.metrics.child(self.runtime.metrics.model_reloads, model.id, "instance_lost").inc()
                     self._bring_up_later(model, reload=True)
-                elif not await triton.is_ready(name):
+                elif not await engine.is_ready(name):
                     log.warning("model %s is no longer ready in Triton; loading it again", model.id)
                     self.runtime.set_status(model, "loading", "Triton no longer has the model loaded; loading it")
                     self.runtime.metrics.child(self.runtime.metrics.model_reloads, model.id, "not_ready").inc()
@@ -225,19 +228,21 @@ class Lifecycle:
         """Load (or reload), warm up and check the golden answers. A retry of a failed model keeps its status
         `failed` until it passes."""
         runtime = self.runtime
-        triton = runtime.triton
-        assert triton is not None
+        inference = runtime.inference
+        assert inference is not None
+        engine = inference.engine
         replaced: set[int] = set()
         try:
             if not reload:
                 if not retry:
                     runtime.set_status(model, "loading")
                 model.load_tokenizer()
-                await triton.load(model.card.triton_name)
+                await engine.load(model.card.triton_name)
             else:
                 replaced = self.process.stub_pids(model.card.triton_name) if self.process is not None else set()
-                await triton.reload(model.card.triton_name)
-            config = await triton.model_config(model.card.triton_name)
+                await engine.reload(model.card.triton_name)
+            config = await engine.model_config(model.card.triton_name)
+            inference.adopt(model.card.triton_name, config)  # rows per request, as this load declares
             apply_loaded_config(model, config)  # the engine, precision and tolerance of what Triton loaded
             model.output = next(o["name"] for o in config.get("output", []) if o["name"] != "TIMING")
             model.engine_args = {
@@ -302,7 +307,7 @@ class Lifecycle:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
-        if self.runtime.triton is not None:
-            await self.runtime.triton.close()
+        if self.runtime.inference is not None:
+            await self.runtime.inference.close()
         if self.process is not None:
             await self.process.stop()

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 
 from .cards import Card
 from .errors import ApiError
+from .inference import Inference
 from .logs import note
 from .metrics import Metrics
 from .settings import Settings
@@ -125,15 +126,17 @@ def served_dtype(model: ServedModel) -> str:
 
 
 class Runtime:
-    def __init__(self, settings: Settings, cards: list[Card], metrics: Metrics) -> None:
+    def __init__(self, settings: Settings, cards: list[Card], metrics: Metrics, engine: Engine | None = None) -> None:
         self.settings = settings
         self.metrics = metrics
         self.models: dict[str, ServedModel] = {c.id: ServedModel(*served_precision(c), written=c) for c in cards}
-        self.triton: Engine | None = None  # Triton over gRPC, or an in-process fake in the logic tests
+        # every model call goes through it; over Triton (built by the lifecycle) or the engine given here
+        self.inference: Inference | None = Inference(engine) if engine is not None else None
         self.draining = False
         self.inflight: dict[str, int] = {}  # inputs submitted to Triton and not yet answered, per Triton model
         # what /health reports about Triton: child or external, restarts and the last exit
-        self.triton_health: dict[str, Any] = {"mode": "external" if settings.triton_url else "child",
+        # (an engine given here is never restarted by the gateway either: external)
+        self.triton_health: dict[str, Any] = {"mode": "external" if settings.triton_url or engine else "child",
                                               "live": False, "restarts": 0, "last_exit": None}
         self.failed_since: float | None = None  # monotonic time since when every model has been failed
         for model in self.models.values():

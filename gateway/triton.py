@@ -1,9 +1,12 @@
-"""The only module that talks to Triton (gRPC, `tritonclient.grpc.aio`). Surfaces never build protobufs.
+"""The engine seam, and `Triton`, the only module that talks to Triton (gRPC, `tritonclient.grpc.aio`).
 
-Every model speaks the same tensor contract (see sr_backend/triton_model.py): INPUT_IDS (+ TOKEN_TYPE_IDS for
-pairs, + LAYER for an embedder's declared earlier layer) in; one output (EMBEDDING, LOGITS, …) + TIMING out.
-TIMING carries Triton-side execution timestamps so the gateway can report queue and forward time from what
-actually happened in Triton.
+`Engine` is the low-level thing that runs models: one request of named tensors in, one named output and the
+`Execution` that produced it out, plus the repository and health calls. Every model speaks the same tensor
+contract (see sr_backend/triton_model.py): INPUT_IDS [N, W] (+ ROW_LENGTHS for a model that takes rows, +
+TOKEN_TYPE_IDS for pairs, + LAYER for an embedder's declared earlier layer) or an image model's tensors in; one
+output (EMBEDDING, LOGITS, …) + TIMING out. TIMING carries Triton-side execution timestamps so the gateway can
+report queue and forward time from what actually happened in Triton. How inputs become requests (row packing,
+coalescing) lives above the seam, in gateway/inference.py, so that it is the same whatever engine runs them.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,11 +24,8 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from .coalesce import Coalescer, Row
-
 _TIMING = InferRequestedOutput("TIMING")
 _OUTPUTS: dict[str, list[InferRequestedOutput]] = {}  # per output name; built once, not per call
-COALESCE_MAX_ROWS = 32  # rows one coalesced request carries at most (Triton batches several such requests)
 _LOST_INSTANCE = re.compile(r"Stub process '([^']+)' is not healthy")  # a Python-backend instance died
 
 
@@ -41,7 +41,10 @@ class Execution:
 
 @dataclass(frozen=True)
 class Result:
-    values: np.ndarray  # float32: [D] for pooled outputs, [L, C] for per-token outputs
+    """What a model call answered. From an `Engine`, the request's output, batch dimension first; from
+    `gateway.inference.Inference`, one input's own: float32 [D] for pooled outputs, [L, C] for per-token ones."""
+
+    values: np.ndarray
     execution: Execution
     submitted_ns: int  # unix ns when the gateway sent it
     received_ns: int  # unix ns when the answer was back in the gateway (end of readout)
@@ -80,7 +83,8 @@ def _failure(exc: InferenceServerException) -> TritonFailure:
 
 class Engine(Protocol):
     """The seam between the gateway and what runs the models: Triton over gRPC in production, an in-process fake in
-    the fast tests of the gateway's own logic. Surfaces never build protobufs; only `Triton` talks gRPC."""
+    the fast tests (injected through `create_app(settings, engine=...)`). It runs one request of tensors as it is
+    given; `gateway.inference.Inference` above it decides what a request carries."""
 
     url: str
 
@@ -98,27 +102,21 @@ class Engine(Protocol):
 
     async def statistics(self, model: str) -> dict[str, Any]: ...
 
-    async def infer(self, model: str, output: str, ids: list[int], type_ids: list[int] | None = None, *,
-                    timeout_us: int | None = None, layer: int | None = None) -> Result: ...
-
-    async def infer_tensors(self, model: str, inputs: dict[str, np.ndarray], output: str, *,
-                            timeout_us: int | None = None) -> Result: ...
+    async def run(self, model: str, inputs: dict[str, np.ndarray], output: str, *,
+                  timeout_us: int | None = None) -> Result:
+        """One request: `output` for every row of `inputs` (batch dimension first), or a `TritonFailure`."""
+        ...
 
     async def close(self) -> None: ...
 
 
 class Triton:
+    """The `Engine` over gRPC: one client (one channel) to one tritonserver, child or external."""
+
     def __init__(self, url: str, on_instance_lost: Callable[[str, str], None] | None = None) -> None:
         self.url = url
         self._client = grpcclient.InferenceServerClient(url)
         self.on_instance_lost = on_instance_lost  # (model, instance): Triton named a dead instance in an error
-        self._row_capacity: dict[str, int] = {}  # per model: rows one request may carry (0: one, no ROW_LENGTHS)
-        self._coalescer: Coalescer[Result] = Coalescer(
-            self._infer_rows, lambda result, submitted: replace(result, submitted_ns=submitted),
-            lambda: TritonFailure("Request timeout expired: the deadline passed before the answer came",
-                                  deadline=True),
-            lambda failure: isinstance(failure, TritonFailure)
-            and not (failure.deadline or failure.unavailable or failure.out_of_memory))
 
     async def is_live(self) -> bool:
         try:
@@ -136,11 +134,8 @@ class Triton:
             await self._client.load_model(model, config=json.dumps(config))
         except InferenceServerException as exc:
             raise _failure(exc) from exc
-        finally:
-            self._row_capacity.pop(model, None)  # its config may differ now
 
     async def close(self) -> None:
-        await self._coalescer.close()
         await self._client.close()
 
     async def wait_live(self, timeout: float) -> None:
@@ -154,7 +149,6 @@ class Triton:
                 last = exc
             await asyncio.sleep(0.2)
         raise TritonFailure(f"Triton at {self.url} was not live within {timeout:.0f} s: {last}", unavailable=True)
-
 
     async def load(self, model: str) -> None:
         try:
@@ -186,70 +180,20 @@ class Triton:
         stats = response.get("model_stats") or [{}]
         return dict(stats[0])
 
-
-    async def infer(self, model: str, output: str, ids: list[int], type_ids: list[int] | None = None, *,
-                    timeout_us: int | None = None, layer: int | None = None) -> Result:
-        """Run one token sequence (at `layer`, an embedder's declared layer; None: its default). Concurrent calls
-        for a model that takes ROW_LENGTHS go to Triton together as one request (gateway.coalesce); Triton batches
-        requests into one execute() either way."""
-        row = Row(ids, type_ids, layer)
-        max_rows = await self._max_rows(model)
-        if max_rows:
-            return await self._coalescer.submit(model, output, row, timeout_us=timeout_us, max_rows=max_rows)
-        return (await self._infer_rows(model, output, [row], timeout_us, lengths=False))[0]
-
-    async def _max_rows(self, model: str) -> int:
-        """Rows one request may carry: 0 unless the model's config takes ROW_LENGTHS (then its max_batch_size, at
-        most COALESCE_MAX_ROWS). Asked of Triton once per model and load."""
-        known = self._row_capacity.get(model)
-        if known is None:
-            try:
-                config = await self.model_config(model)
-            except TritonFailure:
-                return 0  # not loaded yet: the call itself says why
-            takes = any(i.get("name") == "ROW_LENGTHS" for i in config.get("input", []))
-            known = self._row_capacity[model] = \
-                min(int(config.get("max_batch_size", 0)), COALESCE_MAX_ROWS) if takes else 0
-        return known
-
-    async def _infer_rows(self, model: str, output: str, rows: list[Row], timeout_us: int | None, *,
-                          lengths: bool = True) -> list[Result]:
-        """One request for `rows`: INPUT_IDS [N, longest] (zero-padded) with ROW_LENGTHS, or without it the one
-        row as [1, L] for a model that takes no ROW_LENGTHS."""
-        width = max(len(r.ids) for r in rows)
-        ids = np.zeros((len(rows), width), dtype=np.int64)
-        types = np.zeros_like(ids) if rows[0].type_ids is not None else None
-        for i, r in enumerate(rows):
-            ids[i, : len(r.ids)] = r.ids
-            if types is not None and r.type_ids is not None:
-                types[i, : len(r.type_ids)] = r.type_ids
-        tensors: dict[str, np.ndarray] = {"INPUT_IDS": ids}
-        if types is not None:
-            tensors["TOKEN_TYPE_IDS"] = types
-        if rows[0].layer is not None:
-            tensors["LAYER"] = np.array([[r.layer] for r in rows], dtype=np.int32)
-        if lengths:
-            tensors["ROW_LENGTHS"] = np.array([[len(r.ids)] for r in rows], dtype=np.int32)
-        values, execution, submitted = await self._call(model, tensors, output, timeout_us)
-        received = time.time_ns()
-        per_token = values.ndim == 3  # [N, W, C]: each row's own length back
-        return [Result(values[i, : len(r.ids)] if per_token else values[i], execution, submitted, received)
-                for i, r in enumerate(rows)]
-
-    async def _call(self, model: str, tensors: dict[str, np.ndarray], output: str,
-                    timeout_us: int | None) -> tuple[np.ndarray, Execution, int]:
+    async def run(self, model: str, inputs: dict[str, np.ndarray], output: str, *,
+                  timeout_us: int | None = None) -> Result:
         """One gRPC infer: `output` (batch dim first), the execution its TIMING describes, and when it was sent."""
-        inputs = []
-        for name, array in tensors.items():
+        request = []
+        for name, array in inputs.items():
             tensor = InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
             tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
+            request.append(tensor)
         submitted = time.time_ns()
         try:
             # timeout: Triton drops the request if it is still queued then; client_timeout: the gRPC deadline, which
             # also covers waiting for a stream on the channel before Triton has even seen the request.
             outputs = _OUTPUTS.get(output) or _OUTPUTS.setdefault(output, [InferRequestedOutput(output), _TIMING])
-            result = await self._client.infer(model, inputs, outputs=outputs,
+            result = await self._client.infer(model, request, outputs=outputs,
                                               timeout=timeout_us,
                                               client_timeout=None if timeout_us is None else timeout_us / 1e6)
         except InferenceServerException as exc:
@@ -265,10 +209,4 @@ class Triton:
         if values is None or timing is None:
             raise TritonFailure(f"model {model} returned no {output}/TIMING")
         t = timing.reshape(-1)
-        return values, Execution(int(t[0]), int(t[1]), int(t[2]), int(t[3])), submitted
-
-    async def infer_tensors(self, model: str, inputs: dict[str, np.ndarray], output: str, *,
-                            timeout_us: int | None = None) -> Result:
-        """Run one request of named tensors (images: uint8 pixels, batch dim 1); returns `output` and TIMING."""
-        values, execution, submitted = await self._call(model, inputs, output, timeout_us)
-        return Result(values[0], execution, submitted, time.time_ns())
+        return Result(values, Execution(int(t[0]), int(t[1]), int(t[2]), int(t[3])), submitted, time.time_ns())

@@ -310,12 +310,13 @@ def gateway_cells(url: str, pid: int, triton: str, model: str, path: str, body: 
 
 async def triton_load(triton: str, model: str, output: str, ids: Callable[[int], np.ndarray], concurrency: int,
                       requests: int) -> Run:
-    """Closed loop straight at Triton through the gateway's own seam (`gateway.triton.Triton`: gRPC, concurrent
-    sequences coalesced into requests of rows as the gateway sends them), with no HTTP and no surface: each call
-    tokenizes (`ids`) and runs one sequence. Separates Triton's cost from the rest of the gateway's."""
+    """Closed loop straight at Triton through the gateway's own `Inference` over `gateway.triton.Triton` (gRPC,
+    concurrent sequences coalesced into requests of rows as the gateway sends them), with no HTTP and no surface:
+    each call tokenizes (`ids`) and runs one sequence. Separates Triton's cost from the rest of the gateway's."""
+    from gateway.inference import Inference
     from gateway.triton import Triton
 
-    client = Triton(triton)
+    client = Inference(Triton(triton))
     run = Run()
     counter = iter(range(requests))
 

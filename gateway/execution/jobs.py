@@ -75,7 +75,7 @@ def encode_each(texts: list[str], encode: Callable[[str], Encoded], *, noun: str
 
 
 async def _run(runtime: Runtime, model: ServedModel, job: Job, deadline: int | None) -> None:
-    assert runtime.triton is not None
+    assert runtime.inference is not None
     noun = job.tensors.noun if job.tensors is not None else "input"
     timeout = timeout_us(deadline)
     if timeout == 0:
@@ -84,11 +84,11 @@ async def _run(runtime: Runtime, model: ServedModel, job: Job, deadline: int | N
     try:
         if job.tensors is not None:
             inputs = await job.tensors.build()
-            job.result = await runtime.triton.infer_tensors(model.card.triton_name, inputs, job.tensors.output,
-                                                            timeout_us=timeout)
+            job.result = await runtime.inference.infer_tensors(model.card.triton_name, inputs, job.tensors.output,
+                                                               timeout_us=timeout)
         else:
-            job.result = await runtime.triton.infer(model.card.triton_name, model.output, job.ids, job.type_ids,
-                                                    timeout_us=timeout, layer=job.layer)
+            job.result = await runtime.inference.infer(model.card.triton_name, model.output, job.ids, job.type_ids,
+                                                       timeout_us=timeout, layer=job.layer)
     except TritonFailure as exc:
         job.out_of_memory = exc.out_of_memory
         job.error = failure_error(exc, model.id, noun)

@@ -15,6 +15,7 @@ import pytest
 
 from gateway.cards import load_card
 from gateway.coalesce import Coalescer, Row
+from gateway.inference import Inference
 from gateway.triton import Result, Triton, TritonFailure
 
 from .conftest import MODEL, ROOT, settled_stats
@@ -172,16 +173,16 @@ def test_concurrent_inputs_reach_triton_as_one_request_and_each_gets_its_own_ans
     layers = [3, 6, 6, 3, 6, 3, 6, 6]
 
     async def run() -> tuple[list[Result], list[Result], int, int]:
-        triton = Triton(triton_url)
+        inference = Inference(client := Triton(triton_url))
         try:
-            start = await settled_stats(triton._client)
-            alone = [await triton.infer(MODEL, "EMBEDDING", r, layer=k) for r, k in zip(rows, layers, strict=True)]
-            before = await settled_stats(triton._client, inferences=int(start["inference_count"]) + len(rows))
-            together = await asyncio.gather(*(triton.infer(MODEL, "EMBEDDING", r, layer=k)
+            start = await settled_stats(client._client)
+            alone = [await inference.infer(MODEL, "EMBEDDING", r, layer=k) for r, k in zip(rows, layers, strict=True)]
+            before = await settled_stats(client._client, inferences=int(start["inference_count"]) + len(rows))
+            together = await asyncio.gather(*(inference.infer(MODEL, "EMBEDDING", r, layer=k)
                                               for r, k in zip(rows, layers, strict=True)))
-            after = await settled_stats(triton._client, inferences=int(before["inference_count"]) + len(rows))
+            after = await settled_stats(client._client, inferences=int(before["inference_count"]) + len(rows))
         finally:
-            await triton.close()
+            await inference.close()
         success = [int(stats["inference_stats"]["success"]["count"]) for stats in (before, after)]
         requests = success[1] - success[0]
         inferences = int(after["inference_count"]) - int(before["inference_count"])
@@ -200,12 +201,12 @@ def test_per_token_rows_come_back_at_their_own_length(gateway_url: str, triton_u
     rows = [[101, *range(3000, 3000 + n), 102] for n in (5, 30, 12)]
 
     async def run() -> tuple[list[Result], list[Result]]:
-        triton = Triton(triton_url)
+        inference = Inference(Triton(triton_url))
         try:
-            alone = [await triton.infer(PII, "LOGITS", r) for r in rows]
-            together = await asyncio.gather(*(triton.infer(PII, "LOGITS", r) for r in rows))
+            alone = [await inference.infer(PII, "LOGITS", r) for r in rows]
+            together = await asyncio.gather(*(inference.infer(PII, "LOGITS", r) for r in rows))
         finally:
-            await triton.close()
+            await inference.close()
         return alone, list(together)
 
     alone, together = asyncio.run(run())
@@ -260,13 +261,13 @@ def test_a_malformed_request_of_rows_is_refused_alone(gateway_url: str, triton_u
 
 def test_a_row_the_model_refuses_fails_alone_in_a_coalesced_call(gateway_url: str, triton_url: str) -> None:
     async def run() -> list[Result | BaseException]:
-        triton = Triton(triton_url)
+        inference = Inference(Triton(triton_url))
         try:
-            await triton.infer(MODEL, "EMBEDDING", [101, 102], layer=6)  # the model's row capacity is known now
-            return list(await asyncio.gather(*(triton.infer(MODEL, "EMBEDDING", [101, 7592, 102], layer=k)
+            await inference.infer(MODEL, "EMBEDDING", [101, 102], layer=6)  # the model's row capacity is known now
+            return list(await asyncio.gather(*(inference.infer(MODEL, "EMBEDDING", [101, 7592, 102], layer=k)
                                                for k in (6, 4, 3)), return_exceptions=True))
         finally:
-            await triton.close()
+            await inference.close()
 
     good, bad, other = asyncio.run(run())
     assert isinstance(bad, TritonFailure) and "not one of this model's layers" in str(bad)

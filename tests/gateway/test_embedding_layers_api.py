@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from gateway.cards import load_card
+from gateway.inference import Inference
 from gateway.triton import Result, Triton, TritonFailure
 from sr_backend.engines import load_engine
 from sr_backend.ragged import RaggedRunner, Row
@@ -117,12 +118,12 @@ def test_one_triton_batch_mixing_layers_gives_each_row_its_own_layer(triton_url:
     asks = [(i % len(TEXTS), (3, 6, None)[i % 3]) for i in range(48)]
 
     async def run() -> list[Result]:
-        triton = Triton(triton_url)
+        inference = Inference(Triton(triton_url))
         try:
-            return list(await asyncio.gather(*(triton.infer(MODEL, "EMBEDDING", ids[t], layer=layer)
+            return list(await asyncio.gather(*(inference.infer(MODEL, "EMBEDDING", ids[t], layer=layer)
                                                for t, layer in asks)))
         finally:
-            await triton.close()
+            await inference.close()
 
     mixed: set[frozenset[int | None]] = set()
     for _ in range(5):  # batches form by timing; a few rounds make a mixed one all but certain
@@ -140,15 +141,15 @@ def test_one_triton_batch_mixing_layers_gives_each_row_its_own_layer(triton_url:
 
 def test_triton_refuses_an_undeclared_layer_for_that_request_only(triton_url: str) -> None:
     async def run() -> tuple[Exception | Result, Result]:
-        triton = Triton(triton_url)
+        inference = Inference(Triton(triton_url))
         try:
-            bad, good = await asyncio.gather(triton.infer(MODEL, "EMBEDDING", [101, 7592, 102], layer=4),
-                                             triton.infer(MODEL, "EMBEDDING", [101, 7592, 102], layer=3),
+            bad, good = await asyncio.gather(inference.infer(MODEL, "EMBEDDING", [101, 7592, 102], layer=4),
+                                             inference.infer(MODEL, "EMBEDDING", [101, 7592, 102], layer=3),
                                              return_exceptions=True)
             assert isinstance(good, Result)
             return bad, good
         finally:
-            await triton.close()
+            await inference.close()
 
     bad, good = asyncio.run(run())
     assert isinstance(bad, TritonFailure) and "not one of this model's layers [3, 6]" in str(bad)

@@ -1,6 +1,7 @@
-"""The gateway's own logic in milliseconds, over real HTTP, with an in-process engine behind the Triton seam
-(tests/gateway/fake_engine.py): admission and its 413/429 edges, deadlines, cancellation on disconnect, item errors
-and out-of-memory statuses. Model behaviour is tested against the real tritonserver elsewhere."""
+"""The gateway's own logic in milliseconds, over real HTTP, with an in-process engine injected through
+`create_app(settings, engine=...)` behind the same coalescer as Triton (tests/gateway/fake_engine.py): admission and
+its 413/429 edges, deadlines, cancellation on disconnect, item errors and out-of-memory statuses. Model behaviour is
+tested against the real tritonserver elsewhere."""
 
 from __future__ import annotations
 

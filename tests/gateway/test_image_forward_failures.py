@@ -76,6 +76,7 @@ async def test_every_other_failure_kind_fails_only_its_picture_as_it_fails_a_tex
     answers: dict[str, str] = {}
     for model, good, bad in ((TEXT_MODEL, "fine", "bad input"), (IMAGE_MODEL, picture(10), picture(250))):
         async with served_by_fake(model) as (client, engine):
+            engine.max_rows = 0  # each text its own forward, as each picture is (coalesced rows: test_coalescing_api)
             failing = _failing_call(engine)
             engine.fail = lambda ids, failing=failing: failure if failing(ids) else None
             status, answer = await _status(client, "/v1/embeddings", {"model": model, "input": [good, bad]})

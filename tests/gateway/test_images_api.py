@@ -162,14 +162,14 @@ async def test_ocr_through_triton_reads_a_rendered_receipt_with_boxes_where_the_
     from gateway.triton import Triton
 
     card = load_card(Path(__file__).resolve().parents[2] / "model_repository" / OCR_MODEL / "card.yaml")
-    runtime = Runtime(Settings(), [card], Metrics())
-    runtime.triton = Triton(triton_url)
+    runtime = Runtime(Settings(), [card], Metrics(), Triton(triton_url))
     try:
         data, boxes, (height, width) = receipt()
         assert card.image_max_pixels is not None
         lines = await read_text(runtime, runtime.models[OCR_MODEL], decode_image(data, card.image_max_pixels))
     finally:
-        await runtime.triton.close()
+        assert runtime.inference is not None
+        await runtime.inference.close()
     squash = [t.replace(" ", "") for t in RECEIPT_LINES]  # PP-OCR may drop the gap between words
     assert [line.text.replace(" ", "") for line in lines] == squash
     slack = 3  # pixels: the detector's box may start a little inside the anti-aliased ink
