@@ -82,6 +82,17 @@ class RerankSpec(_Strict):
     document_input_type: str | None = None
 
 
+class AbstainSpec(_Strict):
+    """The model has an abstain option: one more answer beside a question's own options, which wins when none of
+    them fits. Questions of `types` then answer `abstain_probability`, its probability (not calibrated), while their
+    `probabilities` stay over their own options (renormalised without it); no other question, and no model without
+    this section, ever answers it. How the option is scored is the family's (zeroshot: `parameters.abstain`), and a
+    family that has no such option for a listed type fails the model at load."""
+
+    types: list[Literal["choice", "noul"]] = Field(min_length=1)
+    description: str | None = None
+
+
 class DecisionSpec(_Strict):
     """How a card answers /v1/decisions: the family module that turns questions into model inputs and answers,
     the question types it answers, its presets, thresholds and confidence formulas (shown in /v1/models), and
@@ -94,6 +105,7 @@ class DecisionSpec(_Strict):
     thresholds: dict[str, float] = {}
     presets: dict[str, dict[str, Any]] = {}
     window: WindowSpec | None = None
+    abstain: AbstainSpec | None = None
     parameters: dict[str, Any] = {}
     description: str | None = None
 
@@ -202,6 +214,9 @@ def load_card(path: Path) -> Card:
         raise CardError(f"{path}: serves classify but declares no `heads`")
     if "decisions" in card.surfaces and card.decisions is None:
         raise CardError(f"{path}: serves decisions but has no `decisions` section")
+    if card.decisions is not None and card.decisions.abstain is not None and (
+            unanswered := sorted(set(card.decisions.abstain.types) - set(card.decisions.question_types))):
+        raise CardError(f"{path}: decisions.abstain lists {unanswered}, which decisions.question_types does not")
     if "image" in card.modalities and card.image_max_pixels is None:
         raise CardError(f"{path}: has the image modality but no `image_max_pixels`")
     if "image" in card.modalities and card.decisions is None and card.image is None:  # decisions read via OCR

@@ -10,6 +10,8 @@ question, so no held-out question is seen). Parameters are per question type: ea
 temperature and bias (noul: also the pair term) by the accuracy of the SERVED rule on its fit items — choice the
 arg-max, noul P(true) ≥ 0.5, score the expected level Σ p_i·i rounded half up, set the exact selection — ties broken
 by the lower negative log-likelihood. The card's encoder (`triton_model`) and its `prefix` (E5: "query: ") are used.
+The abstain option's cosine (`parameters.abstain`, for cards declaring `decisions.abstain`) is fitted last, on the
+choice rule chosen (fit_abstain).
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from gateway.decisions.families.presets import Presets, PresetsParams
 from gateway.decisions.families.zeroshot import ZeroShot, ZeroShotParams
 from gateway.decisions.questions import Invalid, Question, validate
 from gateway.decisions.state import parse_state
+from gateway.heads import softmax
 from gateway.runtime import ServedModel
 from sr_backend.engines.ort_engine import make_session
 from sr_backend.ragged import RaggedRunner
+from sr_common.cards import AbstainSpec
 from tools.reference_examples import routing_request
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +81,9 @@ def _family(params: dict[str, Any]) -> tuple[ServedModel, ZeroShot]:
     card = load_card(CARD)
     spec = card.decisions
     assert spec is not None
-    card = card.model_copy(update={"decisions": spec.model_copy(update={"parameters": params})})
+    # candidate parameters with or without an abstain option: the card declares exactly what they score
+    abstain = (spec.abstain or AbstainSpec(types=["choice"])) if params.get("abstain") else None
+    card = card.model_copy(update={"decisions": spec.model_copy(update={"parameters": params, "abstain": abstain})})
     model = ServedModel(card)
     return model, (_Prefixed if spec.family == Presets.name else FAMILIES[spec.family])(model)  # type: ignore[return-value]
 
@@ -193,7 +199,42 @@ def fit(paths: list[Path]) -> dict[str, Any]:
         report[qtype] = {"fit_items": sum(1 for x in fitting if x[1].type == qtype), "fit_accuracy": accuracy,
                          "fit_nll": round(loss, 4)}
     fitted = {**base.model_dump(), **{k: v for k, v in chosen.items() if v}}
+    fam.params = ZeroShotParams.model_validate({k: v for k, v in fitted.items() if k in ZeroShotParams.model_fields})
+    abstain, report["abstain"] = fit_abstain(fam, embed, prefix, fitting)
+    if abstain is not None:
+        fitted["abstain"] = abstain
     return {"parameters": fitted, "report": report, "golden": golden(fitted, embed)}
+
+
+def fit_abstain(fam: ZeroShot, embed: Embedder, prefix: str, data: list[tuple[dict[str, Any], Question, Any]]
+                ) -> tuple[dict[str, float] | None, dict[str, Any]]:
+    """The abstain option's cosine (`parameters.abstain`, for cards declaring `decisions.abstain`), fitted by leaving
+    the right answer out: every choice item of three or more options is read twice, as labelled (it should not
+    abstain) and without its right option (it should: none of the rest fits). The level whose served rule,
+    abstain_probability ≥ 0.5, is right most often wins (ties: the lower NLL). Choice temperature as fitted."""
+    rows: list[tuple[np.ndarray, bool]] = []
+    for item, q, view in data:
+        if q.type != "choice" or len(q.options) < 3:
+            continue
+        cos = np.asarray([embed.cos(prefix + view.text, t) for t in fam.option_texts(q)])
+        right = q.keys.index(item["expected"])
+        rows += [(cos, False), (np.delete(cos, right), True)]
+    if not rows:
+        return None, {"fit_items": 0}
+    temperature = fam.params.temperature["choice"]
+    best: tuple[float, int, float] | None = None
+    for level in np.round(np.linspace(-0.2, 1.0, 241), 3):
+        loss, right = 0.0, 0
+        for cos, should in rows:
+            p = float(softmax(np.append(cos, level) / temperature)[-1])
+            loss -= math.log(max(p if should else 1.0 - p, 1e-9))
+            right += (p >= 0.5) == should
+        if best is None or (-right, loss) < (-best[1], best[0]):
+            best = (loss, right, float(level))
+    assert best is not None
+    loss, right, level = best
+    return {"cosine": level}, {"fit_items": len(rows) // 2, "fit_rows": len(rows),
+                               "fit_accuracy": round(right / len(rows), 4), "fit_nll": round(loss / len(rows), 4)}
 
 
 def golden(params: dict[str, Any], embed: Embedder) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 A family produces, per question, probabilities over the question's options (choice, score: they sum to 1; noul:
 [P(false), P(true)]; set: one independent probability per label; span: found spans plus the probability that the
-part holds any of the labels). The card names the confidence formula per type, and `/v1/models` shows it.
+part holds any of the labels). The card names the confidence formula per type, and `/v1/models` shows it. Where
+the card declares an abstain option (`decisions.abstain`), its questions also carry the option's probability.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Outcome:
     box: dict[str, float] | None = None  # box questions: fractions of the image, top-left origin
     time: float | None = None  # box with `at`: the moment of the video located in (seconds)
     track: list[dict[str, Any]] | None = None  # track: {time, box, confidence, visible} per sampled moment
+    abstain: float | None = None  # the abstain option's probability: set only where the card declares one
 
 
 def confidence(p: np.ndarray, formula: str) -> float:
@@ -68,13 +70,17 @@ def assemble(q: Question, outcome: Outcome, formulas: dict[str, str], threshold:
         return {q.id: {"type": "box", "box": outcome.box, "confidence": conf, **moment}}, {}
     ensure_finite(p)
     coverage = {"input_coverage": "complete"} if q.require_full_input else {}
+    abstain: dict[str, float] = {}
+    if outcome.abstain is not None:
+        ensure_finite(outcome.abstain)
+        abstain["abstain_probability"] = _round(outcome.abstain)
     if q.type == "choice":
         best = int(np.argmax(p))  # first option wins ties
         return {q.id: {"type": "choice", "choice": q.keys[best], "confidence": _round(
             confidence(p, formulas.get("choice", "entropy"))),
-            "probabilities": {k: _round(v) for k, v in zip(q.keys, p, strict=True)}, **coverage}}, {}
+            "probabilities": {k: _round(v) for k, v in zip(q.keys, p, strict=True)}, **abstain, **coverage}}, {}
     if q.type == "noul":
-        return {q.id: {"type": "noul", "noul": _round(p[1]), **coverage}}, {}
+        return {q.id: {"type": "noul", "noul": _round(p[1]), **abstain, **coverage}}, {}
     if q.type == "score":
         levels = np.arange(len(p))
         return {q.id: {"type": "score", "score": _round(float(levels @ p)),

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from ..runtime import ServedModel
+from ..runtime import Runtime, ServedModel
 from .answers import Outcome
-from .families import Ask
+from .families import Ask, family
 
 
 @dataclass(frozen=True)
@@ -60,3 +60,17 @@ class ResultCache:
         self._data.move_to_end(k)
         while len(self._data) > self.entries:
             self._data.popitem(last=False)
+
+
+def result_cache(runtime: Runtime, model: ServedModel) -> ResultCache | None:
+    """The model's result cache, or None where the settings leave this model uncached."""
+    policy = runtime.settings.result_cache
+    if policy == "off" or runtime.settings.result_cache_entries <= 0 or (
+            policy == "exact" and model.card.numerics != "exact"):
+        return None
+    fam = family(model)
+    found: ResultCache | None = getattr(fam, "results", None)
+    if found is None:
+        found = ResultCache(runtime.settings.result_cache_entries)
+        fam.results = found  # type: ignore[attr-defined]
+    return found

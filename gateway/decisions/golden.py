@@ -8,8 +8,10 @@ import time
 from typing import Any
 
 from ..runtime import Runtime, ServedModel
-from .engine import answer as answer_request
-from .engine import family, parse_request, render_decisions
+from .families import family
+from .request import parse_request
+from .response import render_decisions
+from .running import answer as answer_request
 
 COMPONENT_WAIT_SECONDS = 600.0
 

@@ -160,7 +160,7 @@ def substitute(assets: Assets, state: Any, questions: Any, images: Any, where: s
     text_state = numbering.text(raw_state)
     media = EntryMedia(text_state, {}, list(numbering.pictures))
     if not isinstance(questions, dict):
-        media.questions = questions  # the engine answers a malformed `questions` with its own 400
+        media.questions = questions  # entries.py answers a malformed `questions` with its own 400
         return media
     for qid, raw in questions.items():
         sub = assets.substitute(raw)
@@ -284,7 +284,7 @@ def _locating_moments(model: ServedModel, entry: Any, seconds: float | None) -> 
 
 
 async def read_videos(model: ServedModel, entries: list[Any]) -> None:
-    """Check every entry's videos and sample the frames its questions read (engine.Entry objects). A malformed
+    """Check every entry's videos and sample the frames its questions read (entries.Entry objects). A malformed
     container, or one longer than `video_max_seconds` when other questions read the entry, fails the entry (a
     length the container does not give is not held against them: they read its first frame only); a
     locating question over `box_video_max_seconds`, or over a video whose length its container does not give,

@@ -20,7 +20,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from ..assets import inline_input_assets, share_parts
-from ..decisions.engine import DecisionRequest, parse_request
+from ..decisions.request import DecisionRequest, parse_request
 from ..errors import ApiError
 from ..execution.jobs import job_group
 from ..execution.requests import MIN_DEADLINE_MS, parse

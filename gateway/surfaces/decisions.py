@@ -6,7 +6,9 @@ from typing import Any
 
 from aiohttp import web
 
-from ..decisions.engine import DecisionRequest, answer, parse_request, render_decisions
+from ..decisions.request import DecisionRequest, parse_request
+from ..decisions.response import render_decisions
+from ..decisions.running import answer
 from ..runtime import Runtime, ServedModel
 from .common import Call, surface
 

@@ -19,20 +19,10 @@ from typing import Any
 from aiohttp import web
 
 from ..assets import share_parts
-from ..decisions.engine import (
-    Answered,
-    DecisionRequest,
-    Failure,
-    Plan,
-    finish,
-    model_time,
-    parse_request,
-    plan,
-    rejected,
-    render_decisions,
-    run,
-)
 from ..decisions.questions import Invalid
+from ..decisions.request import DecisionRequest, parse_request
+from ..decisions.response import Answered, Failure, rejected, render_decisions
+from ..decisions.running import Plan, finish, model_time, plan, run
 from ..errors import QUESTION_STATUS, STATUS, SYSTEMONE_OVERLOADED, ApiError
 from ..runtime import Runtime
 from ..timing import Timing
@@ -164,7 +154,7 @@ def routes(schema: str) -> list[web.RouteDef]:
 
     @surface("systemone_batch", render)
     async def create_systemone_batch(call: Call) -> dict[str, Any]:
-        """Several named requests answered in one pass through the engine, each exactly as if sent alone."""
+        """Several named requests answered in one pass through the family, each exactly as if sent alone."""
         try:
             body = call.body
             if not isinstance(body, dict) or set(body) != {"requests"} or not isinstance(body["requests"], dict) \

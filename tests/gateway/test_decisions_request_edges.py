@@ -11,9 +11,10 @@ import yaml
 
 from gateway.assets import Assets
 from gateway.cards import discover
-from gateway.decisions.engine import Plan, finish, parse_request
 from gateway.decisions.families import Phases
 from gateway.decisions.media import substitute
+from gateway.decisions.request import parse_request
+from gateway.decisions.running import Plan, finish
 from gateway.errors import ApiError
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime

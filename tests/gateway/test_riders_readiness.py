@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cards import discover
-from gateway.decisions.engine import family
+from gateway.decisions.families import family
 from gateway.errors import ApiError
 from gateway.metrics import Metrics
 from gateway.runtime import Runtime

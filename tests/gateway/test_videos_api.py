@@ -17,7 +17,7 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
-from gateway.decisions.engine import family
+from gateway.decisions.families import family
 from gateway.decisions.media import EntryMedia, video_question
 from gateway.decisions.questions import Question, QuestionError
 from gateway.runtime import ServedModel

@@ -20,4 +20,11 @@ def family_for(model: ServedModel) -> Family:
     return kind(model)
 
 
-__all__ = ["FAMILIES", "Ask", "Context", "Family", "FamilyError", "Phases", "family_for"]
+def family(model: ServedModel) -> Family:
+    """The model's family, built once (a card error surfaces at load, through the golden check)."""
+    if model.family is None:
+        model.family = family_for(model)
+    return model.family  # type: ignore[no-any-return]
+
+
+__all__ = ["FAMILIES", "Ask", "Context", "Family", "FamilyError", "Phases", "family", "family_for"]

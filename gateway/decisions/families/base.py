@@ -88,6 +88,24 @@ class Family(ABC):
             self.params: Any = self.params_type.model_validate(spec.parameters)
         except ValidationError as exc:
             raise FamilyError(f"decisions.parameters of {model.id}: {exc}") from exc
+        # abstain_probability is answered exactly where the card declares it: a family that scores an abstain
+        # option the card does not declare, or lacks one the card declares, fails the model at load.
+        declared, scored = set(spec.abstain.types if spec.abstain else []), self.abstain_types()
+        if declared - scored:
+            raise FamilyError(f"decisions.abstain of {model.id} lists {sorted(declared - scored)}; family "
+                              f"{self.name} scores an abstain option for {sorted(scored) or 'no question type'} "
+                              "with these parameters")
+        if scored and not declared:
+            raise FamilyError(f"decisions.parameters of {model.id} score an abstain option, but the card declares "
+                              "none (decisions.abstain)")
+
+    def abstain_types(self) -> set[str]:
+        """The question types this family, with the card's parameters, scores an abstain option for."""
+        return set()
+
+    def abstains(self, question: Question) -> bool:
+        """Whether this question answers abstain_probability (the card declares it for the question's type)."""
+        return self.spec.abstain is not None and question.type in self.spec.abstain.types
 
     def components(self) -> list[str]:
         """Other served models this family reads through (their ids); the model is ready only when they are."""

@@ -161,6 +161,12 @@ class Presets(ZeroShot):
             if head.type != definition.get("type") or head.keys != keys:
                 raise FamilyError(f"preset {name}: the head answers {head.type} {head.keys}, the card asks "
                                   f"{definition.get('type')} {keys}; rebuild the heads")
+        # A trained head is a softmax over its preset's own keys, with no abstain option: a card declaring one for
+        # a type a trained head answers would promise abstain_probability that question cannot carry.
+        declared = set(self.spec.abstain.types) if self.spec.abstain is not None else set()
+        if blocked := sorted(n for n, h in self.heads.items() if h.type in declared and n in self.spec.presets):
+            raise FamilyError(f"decisions.abstain lists {sorted(declared)}, but the trained preset heads {blocked} "
+                              "have no abstain option")
 
     @staticmethod
     def _keys(definition: dict[str, Any]) -> list[str]:
@@ -267,7 +273,7 @@ class Presets(ZeroShot):
 def classify_scores(model: ServedModel, preset: str, values: np.ndarray) -> np.ndarray:
     """/v1/classify over a trained preset's head (a card head with `preset:`): the preset's probabilities from the
     encoder's embedding of the input, in the head's label order. Only one-text, embedding-fed presets qualify."""
-    from ..engine import family
+    from . import family  # here, not at the top: the package imports this module
 
     fam = family(model)
     head = fam.heads.get(preset) if isinstance(fam, Presets) else None

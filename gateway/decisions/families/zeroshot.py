@@ -3,7 +3,9 @@
 No generative decision model ships offline, so this family answers with what we have (and says so on its card):
 
 - choice / score: softmax over options of cos(state, option text) / T, where each option's text comes from the
-  card's template (instructions, key, description); with windows, each option scores its best window;
+  card's template (instructions, key, description); with windows, each option scores its best window; a card that
+  declares an abstain option (`decisions.abstain`, `parameters.abstain.cosine` c) also answers a choice's
+  abstain_probability, the share of one more option scoring cos = c in that softmax;
 - noul: with both descriptions, the two-option choice; otherwise sigmoid((cos(state, text) − b) / T) with the
   true description or the instructions as the text (a lone false description flips it);
 - set: one such sigmoid per label (independent labels);
@@ -70,6 +72,14 @@ class OcrParams(Params):
     model: str  # id of the served OCR card: images are read as their text lines
 
 
+class AbstainParams(Params):
+    """The abstain option of choice questions (`decisions.abstain` on the card): one more option whose cosine with
+    the state is `cosine` whatever the state, in the same softmax at the choice temperature. It wins when no option's
+    text is at least that alike to the state: "none of these" as a sentence embedder can say it."""
+
+    cosine: float = Field(ge=-1, le=1)
+
+
 class ZeroShotParams(Params):
     templates: dict[str, str] = DEFAULT_TEMPLATES
     temperature: dict[str, float]
@@ -78,6 +88,7 @@ class ZeroShotParams(Params):
     cache_entries: int = 4096
     tagger: TaggerParams | None = None
     ocr: OcrParams | None = None
+    abstain: AbstainParams | None = None
 
 
 _TRUNCATE = Question("", "noul", "", overflow="truncate")  # how a part compared with another part is read
@@ -139,6 +150,9 @@ class ZeroShot(Family):
 
     def components(self) -> list[str]:
         return [self.params.tagger.model] if self.params.tagger is not None else []
+
+    def abstain_types(self) -> set[str]:
+        return {"choice"} if self.params.abstain is not None else set()
 
     async def warm(self, runtime: Any) -> None:
         """Span questions also read the PII libraries: load them now (off the event loop), not on a first request."""
@@ -373,7 +387,7 @@ class ZeroShot(Family):
                              or ItemError("invalid_model_output", "no answer for a part"))
                     continue
                 pair = float(np.dot(first.jobs[0].result.values, second.jobs[0].result.values))
-            ask.outcome = Outcome(self.probabilities(ask.question, cos, pair))
+            ask.outcome = Outcome(self.probabilities(ask.question, cos, pair), abstain=self.abstain(ask.question, cos))
         return phases
 
     def _paired(self, q: Question, view: View) -> bool:
@@ -401,6 +415,14 @@ class ZeroShot(Family):
         if false.description is not None:  # only the false description was compared
             p_true = 1.0 - p_true
         return np.asarray([1.0 - p_true, p_true])
+
+    def abstain(self, q: Question, cos: np.ndarray) -> float | None:
+        """P(abstain) of the softmax over the options and the abstain option (cosine fixed by the card), where the
+        card declares one; the question's probabilities are that softmax renormalised without it (`probabilities`)."""
+        if not self.abstains(q):
+            return None
+        level = self.params.abstain.cosine
+        return float(softmax(np.append(cos, level) / self.params.temperature[q.type])[-1])
 
     async def _tagged(self, ctx: Context, asks: list[Ask]) -> Phases:
         tagger_params: TaggerParams = self.params.tagger
