@@ -49,15 +49,19 @@ class Row:
     layer: int = -1  # multi-layer graphs: index into the layers axis (-1: the last, the default)
 
 
-def plan_chunks(lengths: Sequence[int], max_batch_tokens: int, buckets: Buckets | None = None) -> list[list[int]]:
-    """Group row indices, longest first, so rows × longest ≤ max_batch_tokens (a row alone always fits); with
-    `buckets`, so the padded shape (bucketed rows × bucketed width) stays within it."""
+def plan_chunks(lengths: Sequence[int], max_batch_tokens: int, buckets: Buckets | None = None,
+                max_batch_rows: int = 0) -> list[list[int]]:
+    """Group row indices, longest first, so rows × longest ≤ max_batch_tokens and rows ≤ max_batch_rows (0: no
+    row cap; a row alone always fits); with `buckets`, so the padded shape (bucketed rows × bucketed width) stays
+    within both."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
 
     def most(longest: int) -> int:  # rows a chunk led by a row this long may hold
-        if buckets is None:
-            return max_batch_tokens // longest
-        return buckets.most_rows(max_batch_tokens // buckets.width(longest))
+        width = longest if buckets is None else buckets.width(longest)
+        limit = max_batch_tokens // width
+        if max_batch_rows:
+            limit = min(limit, max_batch_rows)
+        return max(1, limit) if buckets is None else buckets.most_rows(limit)
 
     chunks: list[list[int]] = []
     current: list[int] = []
@@ -77,12 +81,15 @@ def plan_chunks(lengths: Sequence[int], max_batch_tokens: int, buckets: Buckets 
 class RaggedRunner:
     """A graph `(input_ids, attention_mask[, token_type_ids]) -> [B, D] | [B, layers, D] | [B, L, C]` over ragged
     rows, on any engine (an ONNX Runtime session is taken as the onnxruntime fp32 engine). Chunk shapes are
-    bucketed (`buckets`; None: each chunk padded only to its longest row, the unbounded old way)."""
+    bucketed (`buckets`; None: each chunk padded only to its longest row, the unbounded old way). A chunk holds at
+    most `max_batch_tokens` padded tokens and, where a graph's memory grows with rows rather than tokens,
+    `max_batch_rows` rows (0: no cap; the config parameter of that name says why for its model)."""
 
     def __init__(self, engine: Engine | ort.InferenceSession, max_batch_tokens: int = 8192,
-                 buckets: Buckets | str | None = "default") -> None:
+                 buckets: Buckets | str | None = "default", max_batch_rows: int = 0) -> None:
         self.engine: Engine = OrtEngine(engine) if isinstance(engine, ort.InferenceSession) else engine
         self.max_batch_tokens = max_batch_tokens
+        self.max_batch_rows = max_batch_rows
         self.buckets = (DEFAULT_BUCKETS if bounded() else None) if isinstance(buckets, str) else buckets
         self.per_token = self.engine.per_token
         self.inputs = self.engine.inputs
@@ -90,7 +97,7 @@ class RaggedRunner:
     def run(self, rows: Sequence[Row | np.ndarray]) -> tuple[list[np.ndarray], BatchStats]:
         items = [r if isinstance(r, Row) else Row(r) for r in rows]
         lengths = [int(r.ids.shape[0]) for r in items]
-        chunks = plan_chunks(lengths, self.max_batch_tokens, self.buckets)
+        chunks = plan_chunks(lengths, self.max_batch_tokens, self.buckets, self.max_batch_rows)
         out: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(items)
         padded = 0
         started = time.perf_counter_ns()
@@ -121,6 +128,36 @@ class RaggedRunner:
             padded += ids.size
         forward_ns = time.perf_counter_ns() - started
         return out, BatchStats(len(items), sum(lengths), padded, forward_ns, len(chunks))
+
+    def warm_shapes(self, max_width: int) -> list[tuple[int, int]]:
+        """The (rows, width) chunks that need the most memory: the widest chunk the budget allows (attention grows
+        with rows × width²) and the one with the most rows (per-row buffers); every other chunk fits in what these
+        two allocate."""
+        if self.buckets is None:
+            return []
+        widths = [w for w in self.buckets.lengths if w <= min(max_width, self.max_batch_tokens)] or [
+            self.buckets.lengths[0]]
+        widest, narrowest = widths[-1], widths[0]
+        cap = self.max_batch_rows or self.max_batch_tokens
+        return sorted({(self.buckets.most_rows(min(self.max_batch_tokens // w, cap)), w) for w in (widest, narrowest)},
+                      key=lambda s: -s[1])
+
+    def warm(self, max_width: int) -> list[tuple[int, int]]:
+        """Run `warm_shapes` once, before the first request. An engine sizes its activation buffers by the largest
+        chunk it has seen and keeps them (OpenVINO's memory manager grows, never shrinks), so without this an
+        instance steps up whenever traffic brings a larger chunk than before, hours into a soak: pii-rampart on
+        OpenVINO fp32, in-process, 40 MiB of heap in use after loading, 252 after its largest chunk, 262 after every
+        other bucketed chunk of its budget too (369 shapes), and no more after a second pass over them; served, two
+        steps of +12 and +27 MiB 17 and 27 minutes into a soak (docs/benchmarks.md, "Memory under a soak"). Warmed,
+        the memory an instance holds once ready is its plateau. Unbucketed (SR_BACKEND_UNBOUNDED=1), nothing runs."""
+        shapes = self.warm_shapes(max_width)
+        for rows, width in shapes:
+            ids = np.ones((rows, width), dtype=np.int64)  # id 1 is in every vocabulary; the values do not matter
+            feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+            if "token_type_ids" in self.inputs:
+                feed["token_type_ids"] = np.zeros_like(ids)
+            self.engine.forward(feed)
+        return shapes
 
     def run_pooled(self, rows: Sequence[Row | np.ndarray]) -> tuple[np.ndarray, BatchStats]:
         """Pooled graphs only: the rows' vectors stacked as one [rows, D] array."""

@@ -43,10 +43,14 @@ class TritonPythonModel:
                              model_parameter(config, "int8_recipe", "dynamic"))
         if isinstance(engine, OrtGpuEngine):  # what actually runs it, in Triton's output whatever its log level
             print(f"sr_backend {args.get('model_instance_name', '')}: {engine.describe()}", file=sys.stderr, flush=True)
-        self.runner = RaggedRunner(engine, int(model_parameter(config, "max_batch_tokens", "8192")))
+        self.runner = RaggedRunner(engine, int(model_parameter(config, "max_batch_tokens", "8192")),
+                                   max_batch_rows=int(model_parameter(config, "max_batch_rows", "0")))
         self.output = next(o["name"] for o in config["output"] if o["name"] != "TIMING")
         # the layers the graph's pooled output holds, in its order (the card declares them; the build exports them)
-        self.layers = declared_layers(Path(args["model_repository"]) / "card.yaml")
+        card = read_card(Path(args["model_repository"]) / "card.yaml")
+        self.layers = declared_layers(card)
+        # the largest chunks once, so the memory this instance holds when ready is its plateau (RaggedRunner.warm)
+        self.runner.warm(int((card.get("limits") or {}).get("max_input_tokens") or self.runner.max_batch_tokens))
         self.memory = memory_gauge(args)
 
     def execute(self, requests: list[Any]) -> list[Any]:
@@ -171,13 +175,19 @@ def stacked(answers: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def declared_layers(card: Path) -> list[int]:
-    """A card's `embedding.layers` ([] for a model that declares none: then only the default is served)."""
+def read_card(path: Path) -> dict[str, Any]:
+    """The model's card as plain YAML ({} where the directory has none): the backend reads two fields of it and
+    need not validate the whole card, which the gateway and the build do."""
     import yaml
 
-    if not card.is_file():
-        return []
-    embedding = (yaml.safe_load(card.read_text(encoding="utf-8")) or {}).get("embedding") or {}
+    if not path.is_file():
+        return {}
+    return dict(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+
+
+def declared_layers(card: dict[str, Any]) -> list[int]:
+    """A card's `embedding.layers` ([] for a model that declares none: then only the default is served)."""
+    embedding = card.get("embedding") or {}
     return [int(k) for k in embedding.get("layers") or []]
 
 

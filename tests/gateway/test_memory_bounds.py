@@ -48,3 +48,50 @@ def test_a_new_input_shape_leaves_little_behind_on_openvino_and_the_old_settings
     assert heap["all_twice"] <= heap["all_once"] + 1.0, bounded
     old = _distinct(precision, unbounded=True)
     assert old["mib_per_new_shape"] > MOST_PER_SHAPE[precision], old
+
+
+_WARM_PROBE = """
+import json, sys
+import numpy as np
+from sr_backend.engines import load_engine
+from sr_backend.ragged import RaggedRunner, Row
+from tools.soak import heap_in_use, ROOT
+warm = sys.argv[1] == "warm"
+onnx = ROOT / "model_repository" / "all-minilm-l6-v2" / "1" / "model.onnx"
+runner = RaggedRunner(load_engine("openvino", "fp32", onnx, 1), 4096)
+rng = np.random.default_rng(3)
+runner.run([Row(rng.integers(2000, 29000, 12))])
+before = heap_in_use()
+if warm:
+    runner.warm(256)
+warmed = heap_in_use()
+# traffic: the widest chunk the budget allows, the one with the most rows, then ragged batches of every size
+batches = [[Row(rng.integers(2000, 29000, 256)) for _ in range(16)], [Row(rng.integers(2000, 29000, 5))
+                                                                       for _ in range(512)]]
+batches += [[Row(rng.integers(2000, 29000, int(n))) for n in rng.integers(3, 200, int(k))]
+            for k in rng.integers(1, 40, 8)]
+for batch in batches:
+    runner.run(batch)
+print(json.dumps({"before": before, "warmed": warmed, "after_traffic": heap_in_use()}))
+"""
+
+
+def _warm_probe(mode: str) -> dict[str, float]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SR_BACKEND_UNBOUNDED", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")}
+    done = subprocess.run([sys.executable, "-c", _WARM_PROBE, mode], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_an_instance_warmed_at_load_holds_its_plateau_before_the_first_request() -> None:
+    """RaggedRunner.warm runs the largest chunks at load: traffic afterwards, the largest chunks included, adds
+    almost nothing, while an unwarmed runner steps up by the buffers the largest chunk needs (the served steps of
+    docs/benchmarks.md "Memory under a soak")."""
+    if not (ROOT / "model_repository" / "all-minilm-l6-v2" / "1" / "model.onnx").is_file():
+        pytest.fail("model repository is not built: run `make models`")
+    cold = _warm_probe("cold")
+    warm = _warm_probe("warm")
+    assert cold["after_traffic"] - cold["before"] > 50, cold  # the largest chunk's buffers, taken under traffic
+    assert warm["warmed"] - warm["before"] > 50, warm  # ... taken at load instead
+    # after warming: per-shape state only (fp32 ≈ 0.6 MiB a new shape, a dozen shapes here)
+    assert warm["after_traffic"] - warm["warmed"] < 16, warm

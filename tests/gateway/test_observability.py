@@ -128,11 +128,12 @@ def test_every_dashboard_query_names_metrics_the_gateway_and_triton_export(stack
         missing = names - exported
         assert not missing, f"panel {panel['title']!r} queries metrics nobody exports: {sorted(missing)}"
         used |= names
-    # what an operator watches is all there: surfaces, phases, Triton queue/compute/batches, states, restarts, queue
+    # what an operator watches is all there: surfaces, phases, Triton queue/compute/batches, states, restarts, queue,
+    # memory per model instance
     for needed in ("sr_gateway_requests_total", "sr_gateway_phase_duration_seconds_sum",
                    "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
                    "nv_inference_exec_count", "sr_gateway_model_ready", "sr_gateway_triton_restarts_total",
-                   "sr_gateway_queue_depth", "sr_gateway_max_queue"):
+                   "sr_gateway_queue_depth", "sr_gateway_max_queue", "sr_gateway_model_instance_resident_bytes"):
         assert needed in used, needed
 
 

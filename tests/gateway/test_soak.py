@@ -26,7 +26,7 @@ from .conftest import LOGS
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 WARMUP_S = 60.0  # the first minute fills what every process allocates once (weights, arenas, the first shapes)
 LOAD_S = 150.0  # with the stack's start, the whole test stays under four minutes
-MOST_GROWTH = 0.05  # per half after warm-up, anonymous RSS may grow by 5 % (below: "keeps growing"),
+MOST_GROWTH = 0.05  # after warm-up, anonymous RSS may grow by 5 % (below: "kept growing"),
 LEAST_MIB = 8.0  # or 8 MiB where that is more: tritonserver's heap is ≈ 11 MiB, and 5 % of it (0.6 MiB) is noise
 
 
@@ -47,15 +47,16 @@ def test_no_served_process_keeps_growing_after_warm_up_under_a_varied_mixed_load
     # anonymous RSS (heap and private memory: what a leak or a per-shape cache grows), not RSS: RSS also counts
     # file-backed pages the kernel drops and reads back as other processes on the host need memory (measured:
     # every instance −80 MiB at once, mid-soak), which would fail or pass this test by chance.
-    # "Keeps growing": more than the allowance in both halves after warm-up. One step in one half is the engine's
-    # buffers growing to a larger batch than any before (bounded by max_batch_tokens; measured: a MiniLM instance
-    # +42 MiB between 70 and 80 s, flat before and after); the old settings grew in every half (+45 MiB each).
+    # "Kept growing": the end more than the allowance above the end of warm-up. Every instance ran its largest
+    # chunks at load (sr_backend.ragged RaggedRunner.warm), so a larger batch than any before no longer steps an
+    # engine's buffers up mid-soak (before that: a MiniLM instance +42 MiB between 70 and 80 s, pii-rampart +30 and
+    # +15 MiB, which made this test pass 2 runs in 3 with a laxer rule); the old settings grow +45 MiB per 45 s.
     assert all(ANON + n in samples[-1] for n in names), samples[-1]
     middle = (WARMUP_S + LOAD_S) / 2
     kept_growing = {}
     for n in names:
         a, b, c = (rss_at(samples, ANON + n, t) for t in (WARMUP_S, middle, LOAD_S))
-        if all(later > earlier + max(earlier * MOST_GROWTH, LEAST_MIB) for earlier, later in ((a, b), (b, c))):
+        if c > a + max(a * MOST_GROWTH, LEAST_MIB):
             kept_growing[n] = f"{a:.1f} → {b:.1f} → {c:.1f} MiB"
     assert not kept_growing, (f"anonymous RSS at {WARMUP_S:.0f}, {middle:.0f} and {LOAD_S:.0f} s: {kept_growing}; "
                               f"{growth(samples, WARMUP_S)}")

@@ -187,3 +187,34 @@ def test_a_set_lists_every_label_that_reaches_its_threshold_not_only_those_above
     assert extras["sets"]["selected"] == ["a", "b"]  # 0.5 reaches 0.5; 0.25 does not
     _, extras = assemble(q, Outcome(np.array([0.5, 0.75, 0.25])), {}, threshold=0.75)
     assert extras["sets"]["selected"] == ["b"]
+
+
+def test_a_row_cap_splits_chunks_the_token_budget_alone_would_keep_whole() -> None:
+    from sr_backend.engines.shapes import DEFAULT_BUCKETS
+
+    lengths = [6] * 300  # 8-token rows: 1,024 would fit 8,192 tokens
+    assert len(plan_chunks(lengths, 8192, DEFAULT_BUCKETS)) == 1
+    chunks = plan_chunks(lengths, 8192, DEFAULT_BUCKETS, max_batch_rows=64)
+    assert [len(c) for c in chunks] == [64, 64, 64, 64, 44]
+    assert sorted(i for c in chunks for i in c) == list(range(300))
+    assert [len(c) for c in plan_chunks([6] * 70, 8192, None, max_batch_rows=64)] == [64, 6]
+
+
+def test_warming_runs_the_widest_chunk_and_the_one_with_most_rows_that_the_limits_allow() -> None:
+    class Graph:
+        per_token = False
+        inputs = frozenset({"input_ids", "attention_mask"})
+
+        def __init__(self) -> None:
+            self.shapes: list[tuple[int, ...]] = []
+
+        def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+            self.shapes.append(feed["input_ids"].shape)
+            return np.zeros((feed["input_ids"].shape[0], 4), dtype=np.float32)
+
+    graph = Graph()
+    assert RaggedRunner(graph, 8192).warm(512) == [(16, 512), (1024, 8)]  # type: ignore[arg-type]
+    assert graph.shapes == [(16, 512), (1024, 8)]
+    assert RaggedRunner(graph, 8192).warm_shapes(256) == [(32, 256), (1024, 8)]  # type: ignore[arg-type]
+    assert RaggedRunner(graph, 8192, max_batch_rows=64).warm_shapes(512) == [(16, 512), (64, 8)]  # type: ignore[arg-type]
+    assert RaggedRunner(graph, 8192, buckets=None).warm(512) == []  # type: ignore[arg-type]  # unbounded: the old way
