@@ -11,22 +11,35 @@ from pathlib import Path
 from .settings import DEFAULT_REPOSITORY, Settings, SettingsError
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
-
-    from .app import create_app
-    from .logs import configure, request_log
+def start_settings(args: argparse.Namespace) -> Settings | None:
+    """The serve settings with logging configured by them, and one warning per deprecated name the start used
+    (logged after `configure`, so in the log's own format); None after printing why a setting is invalid."""
+    from .logs import configure
 
     try:
         settings = Settings.resolve(args)
     except SettingsError as exc:
         print(f"sr-gateway: invalid setting {exc}", file=sys.stderr)
-        return 2
+        return None
     configure(settings.log_level, settings.log_format)
+    for warning in Settings.deprecations(args):
+        logging.getLogger("sr_gateway").warning("%s", warning)
+    return settings
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from .app import create_app
+    from .logs import request_log
+
+    settings = start_settings(args)
+    if settings is None:
+        return 2
     app = create_app(settings)
     if settings.log_format == "json":  # text keeps the hot path free of a per-request log line
         app.middlewares.insert(0, request_log)  # outermost: sees the final status of every request
-    web.run_app(app, host=settings.host, port=settings.port, shutdown_timeout=settings.shutdown_seconds,
+    web.run_app(app, host=settings.host, port=settings.port, shutdown_timeout=settings.shutdown_s,
                 handler_cancellation=True, access_log=None,
                 print=lambda msg: logging.info("%s", msg),
                 auto_decompress=False)  # gateway.body decodes under the byte limit; aiohttp's would be unbounded

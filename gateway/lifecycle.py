@@ -18,6 +18,7 @@ import time
 from collections import deque
 from typing import Any
 
+from .accelerator import accelerator_of, triton_is_local
 from .inference import Inference
 from .readiness import check_golden, prepare_heads
 from .runtime import Runtime, ServedModel, apply_loaded_config
@@ -100,10 +101,10 @@ class Lifecycle:
             self._bringing[model.id] = asyncio.create_task(self._bring_up(model, reload=reload, retry=retry))
 
     def _retry_later(self, model: ServedModel) -> None:
-        """A failed model is tried again with backoff (--model-retry-seconds, doubling, at most
+        """A failed model is tried again with backoff (--model-retry-s, doubling, at most
         MODEL_RETRY_CAP_SECONDS): a load that failed on a transient cause heals without a restart. It stays
         `failed` meanwhile, so a model that keeps failing keeps the process on its way to failing liveness."""
-        base = self.runtime.settings.model_retry_seconds
+        base = self.runtime.settings.model_retry_s
         if base <= 0 or self._stopping:
             return
         tries = self._tries[model.id] = self._tries.get(model.id, 0) + 1
@@ -128,7 +129,7 @@ class Lifecycle:
             try:
                 await self.process.start()
                 inference = self._connect(self.process.url)
-                await inference.engine.wait_live(settings.triton_startup_seconds)
+                await inference.engine.wait_live(settings.triton_startup_s)
             except (TritonFailure, OSError, RuntimeError) as exc:
                 log.error("Triton did not start: %s", exc)
                 await self.process.stop(5.0)
@@ -153,14 +154,14 @@ class Lifecycle:
                 log.error("%s", reason)
             now = time.monotonic()
             recent.append(now)
-            while recent and recent[0] < now - settings.triton_restart_window_seconds:
+            while recent and recent[0] < now - settings.triton_restart_window_s:
                 recent.popleft()
             if len(recent) > settings.triton_restart_limit:
                 self._cancel_bring_up()
                 self.runtime.fail_all(f"{reason}; not restarted again: {settings.triton_restart_limit} restarts "
-                                      f"within {settings.triton_restart_window_seconds:g} s")
+                                      f"within {settings.triton_restart_window_s:g} s")
                 return
-            delay = min(settings.triton_restart_backoff_seconds * 2 ** (len(recent) - 1), BACKOFF_CAP_SECONDS)
+            delay = min(settings.triton_restart_backoff_s * 2 ** (len(recent) - 1), BACKOFF_CAP_SECONDS)
             self._all_back_to("loading", f"{reason}; restarting it in {delay:.1f} s")
             await asyncio.sleep(delay)
             self.runtime.triton_health["restarts"] += 1
@@ -184,12 +185,12 @@ class Lifecycle:
                     self._watch.cancel()
                 self._all_back_to("loading", f"Triton at {engine.url} is not live; waiting for it")
             up = live
-            await asyncio.sleep(settings.triton_check_seconds)
+            await asyncio.sleep(settings.triton_check_s)
 
     # -- model health -----------------------------------------------------------------------------------------
     async def _watch_models(self) -> None:
         """Ready models must stay loaded with all their instances; the others are brought up again."""
-        interval = self.runtime.settings.triton_check_seconds
+        interval = self.runtime.settings.triton_check_s
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval)
@@ -252,6 +253,9 @@ class Lifecycle:
                 "instance_group": config.get("instance_group", []),
                 "instances": expected_instances(config),
             }
+            model.accelerator = await asyncio.to_thread(  # once per load: /proc/cpuinfo or nvidia-smi
+                accelerator_of, config, str(model.engine.get("precision", "fp32")),
+                triton_is_local(runtime.settings.triton_url))
             if not retry:
                 runtime.set_status(model, "warming", model.reason if reload else None)
             # probe the tokenizer's cut rules once (models that read no text have no tokenizer)

@@ -46,6 +46,7 @@ class ServedModel:
                                                             "reference": "cpu"})
     family: Any = None  # decisions models: their decision family, built on first use
     written: Card | None = None  # the card as its file says; `card` carries the served precision's tolerance
+    accelerator: str = "unknown"  # the hardware that runs it (gateway.accelerator), named once per load
 
     @property
     def id(self) -> str:
@@ -183,10 +184,10 @@ class Runtime:
         return self.status_of(model)[0] == "ready"
 
     def liveness(self) -> tuple[bool, str | None]:
-        """Alive unless every model has been failed for longer than --liveness-failed-seconds: such a process
+        """Alive unless every model has been failed for longer than --liveness-failed-s: such a process
         serves nothing and heals nothing by itself (a hit restart limit, a Triton that never came up, models that
         keep failing their retries), so /health/live hands it to the orchestrator instead of staying 200 forever."""
-        limit = self.settings.liveness_failed_seconds
+        limit = self.settings.liveness_failed_s
         if limit <= 0 or self.failed_since is None or self.draining:
             return True, None
         if time.monotonic() - self.failed_since < limit:

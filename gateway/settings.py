@@ -2,7 +2,8 @@
 
 Precedence: flag > environment > default (the mechanism is sr_common.settings, shared with the control plane); an
 invalid value stops the start with a SettingsError naming the setting. The configuration table in README.md lists
-them.
+them. Durations end in `_s` as the control plane's do; their former `_seconds` names (`--shutdown-seconds`,
+`SR_GATEWAY_SHUTDOWN_SECONDS`, ...) still work for this release, with a warning naming the new one.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class Settings(SettingsBase):
     triton_url: str = field(default="", metadata={
         "help": "gRPC address of an external Triton (e.g. a k8s sidecar); empty = start tritonserver as a child"})
     triton_grpc_port: int = field(default=0, metadata={"help": "gRPC port of the child tritonserver (0 = pick free)"})
-    triton_startup_seconds: float = field(default=180.0, metadata={"help": "how long to wait for Triton to come up"})
+    triton_startup_s: float = field(default=180.0, metadata={
+        "formerly": "triton_startup_seconds", "help": "how long to wait for Triton to come up"})
     triton_metrics_port: int = field(default=0, metadata={
         "help": "child mode: port of the child tritonserver's Prometheus metrics (0 = off)"})
     triton_metrics_address: str = field(default="127.0.0.1", metadata={
@@ -47,24 +49,25 @@ class Settings(SettingsBase):
         "help": "most tasks one /v1/bundle request may hold (413 above)"})
     max_queue: int = field(default=8192, metadata={
         "help": "most inputs waiting or running per model before requests get 429 overloaded"})
-    shutdown_seconds: float = field(default=30.0, metadata={"help": "how long SIGTERM waits for in-flight requests"})
+    shutdown_s: float = field(default=30.0, metadata={
+        "formerly": "shutdown_seconds", "help": "how long SIGTERM waits for in-flight requests"})
     threads: int = field(default=0, metadata={
         "help": "ONNX Runtime intra-op threads per model instance (0 = the model config's intra_op_threads)"})
     log_level: str = field(default="info", metadata={"help": "debug, info, warning or error"})
     log_format: str = field(default="text", metadata={
         "help": "text, or json: one JSON object per line, with one line per request"})
     triton_restart_limit: int = field(default=5, metadata={
-        "help": "child tritonserver restarts allowed within --triton-restart-window-seconds before giving up"})
-    triton_restart_window_seconds: float = field(default=600.0, metadata={
+        "help": "child tritonserver restarts allowed within --triton-restart-window-s before giving up"})
+    triton_restart_window_s: float = field(default=600.0, metadata={"formerly": "triton_restart_window_seconds",
         "help": "window over which child tritonserver restarts are counted"})
-    triton_restart_backoff_seconds: float = field(default=1.0, metadata={
+    triton_restart_backoff_s: float = field(default=1.0, metadata={"formerly": "triton_restart_backoff_seconds",
         "help": "wait before the first restart of a dead child tritonserver; doubles per restart, at most 60 s"})
-    triton_check_seconds: float = field(default=1.0, metadata={
+    triton_check_s: float = field(default=1.0, metadata={"formerly": "triton_check_seconds",
         "help": "how often Triton's liveness, model readiness and model instances are checked"})
-    model_retry_seconds: float = field(default=10.0, metadata={
+    model_retry_s: float = field(default=10.0, metadata={"formerly": "model_retry_seconds",
         "help": "wait before a model that failed to load or to pass its golden check is tried again; doubles per "
                 "try, at most 300 s (0 = never try again)"})
-    liveness_failed_seconds: float = field(default=300.0, metadata={
+    liveness_failed_s: float = field(default=300.0, metadata={"formerly": "liveness_failed_seconds",
         "help": "how long every model may stay failed (or Triton given up on) before /health/live answers 503, so "
                 "the orchestrator replaces the process (0 = never)"})
 
@@ -78,11 +81,11 @@ class Settings(SettingsBase):
             raise self.error("systemone_schema", f"must be vllm-sr/5.0 or vllm-sr/4.0, not {self.systemone_schema!r}")
         if self.log_format not in ("text", "json"):
             raise self.error("log_format", f"{self.log_format!r} is not text or json")
-        for name in ("model_retry_seconds", "liveness_failed_seconds", "triton_restart_backoff_seconds"):
+        for name in ("model_retry_s", "liveness_failed_s", "triton_restart_backoff_s"):
             if getattr(self, name) < 0:
                 raise self.error(name, f"must not be negative, got {getattr(self, name)}")
-        if self.triton_check_seconds <= 0:
-            raise self.error("triton_check_seconds", f"must be positive, got {self.triton_check_seconds}")
+        if self.triton_check_s <= 0:
+            raise self.error("triton_check_s", f"must be positive, got {self.triton_check_s}")
 
     @property
     def model_ids(self) -> list[str]:

@@ -5,6 +5,10 @@ the start with the setting's name instead of running on a default.
 
 A service subclasses `SettingsBase` with its fields, its `ENV_PREFIX`, and its own checks in `validate()`; a field
 whose value is not a plain str/int/float/Path conversion overrides `convert()`.
+
+A renamed setting keeps its old name for one release: `metadata={"formerly": "old_name"}` accepts the old flag and
+env twin when the new ones are absent, and `deprecations()` says which old names a start used, so the service logs
+a warning naming the new one (after its logging is configured) instead of breaking a manifest on upgrade.
 """
 
 from __future__ import annotations
@@ -40,8 +44,41 @@ class SettingsBase:
         """One flag per setting (`--the-name`); its help names the env twin and the default."""
         for f in dataclasses.fields(cls):
             default = "" if f.default is dataclasses.MISSING else f", default {f.default}"
-            parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar=f.name.upper(),
+            flag = "--" + f.name.replace("_", "-")
+            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(),
                                 help=f"{f.metadata['help']} (env {cls.env_name(f.name)}{default})")
+            old = f.metadata.get("formerly")
+            if old:
+                parser.add_argument("--" + old.replace("_", "-"), dest=_old_dest(old), default=None,
+                                    metavar=f.name.upper(), help=f"deprecated: use {flag}")
+
+    @classmethod
+    def _raw(cls, f: dataclasses.Field[Any], args: argparse.Namespace | None,
+             env: Mapping[str, str]) -> tuple[str | None, str | None]:
+        """The raw value of a setting and, when it came from a deprecated name, that name (flag or env)."""
+        if args is not None and getattr(args, f.name, None) is not None:
+            return getattr(args, f.name), None
+        old = f.metadata.get("formerly")
+        if old and args is not None and getattr(args, _old_dest(old), None) is not None:
+            return getattr(args, _old_dest(old)), "--" + old.replace("_", "-")
+        if cls.env_name(f.name) in env:
+            return env[cls.env_name(f.name)], None
+        if old and cls.env_name(old) in env:
+            return env[cls.env_name(old)], cls.env_name(old)
+        return None, None
+
+    @classmethod
+    def deprecations(cls, args: argparse.Namespace | None = None,
+                     environ: Mapping[str, str] | None = None) -> list[str]:
+        """One warning per deprecated flag or env name that `resolve` took a value from, naming its replacement."""
+        env = os.environ if environ is None else environ
+        out = []
+        for f in dataclasses.fields(cls):
+            _, old = cls._raw(f, args, env)
+            if old is not None:
+                new = "--" + f.name.replace("_", "-") if old.startswith("--") else cls.env_name(f.name)
+                out.append(f"{old} is deprecated and will be removed in the next release; use {new}")
+        return out
 
     @classmethod
     def resolve(cls, args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> Self:
@@ -49,9 +86,7 @@ class SettingsBase:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
-            raw = getattr(args, f.name, None) if args is not None else None
-            if raw is None:
-                raw = env.get(cls.env_name(f.name))
+            raw, _ = cls._raw(f, args, env)
             if raw is not None:
                 values[f.name] = cls.convert(f, raw)
         settings = cls(**values)
@@ -69,3 +104,8 @@ class SettingsBase:
 
     def validate(self) -> None:
         """Reject values no deployment could want (SettingsError naming the setting); none by default."""
+
+
+def _old_dest(old: str) -> str:
+    """The argparse destination of a deprecated flag (apart from the fields, so `resolve` knows which was used)."""
+    return "formerly_" + old

@@ -13,7 +13,7 @@ def response_meta(model: ServedModel, queue_ms: float, forward_ms: float) -> dic
     card = model.card
     return {"model_id": model.id, "revision": card.revision, "model_sha256": card.model_sha256,
             "dtype": served_dtype(model), "numerics": card.numerics, "engine": served_engine(model),
-            "accelerator": model.device,
+            "accelerator": model.accelerator,
             "device": model.device,
             "queue_ms": round(queue_ms, 3), "compute_ms": round(forward_ms, 3)}
 

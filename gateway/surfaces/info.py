@@ -32,7 +32,8 @@ def model_card(model: ServedModel, runtime: Runtime) -> dict[str, Any]:
     if model.status == "failed":  # what it would have been: its limits, where it was to run and how
         out.update({"limits": card.limits.model_dump(exclude={k for k in _DECISION_LIMITS
                                                              if getattr(card.limits, k) is None}),
-                    "device": model.device, "accelerator": model.device, "engine_args": model.engine_args})
+                    "device": model.device, "accelerator": model.accelerator,
+                    "engine_args": model.engine_args})
         return out
     out.update({
         "repo": card.repo, "revision": card.revision, "model_sha256": card.model_sha256,
@@ -42,7 +43,7 @@ def model_card(model: ServedModel, runtime: Runtime) -> dict[str, Any]:
                                                   if getattr(card.limits, k) is None}), "licence": card.licence,
         "attribution": card.attribution, "engine": served_engine(model),
         "engine_args": {**model.engine, **model.engine_args},
-        "accelerator": model.device, "device": model.device, "dtype": served_dtype(model),
+        "accelerator": model.accelerator, "device": model.device, "dtype": served_dtype(model),
         "numerics": card.numerics,
         "tokenizer": card.tokenizer,
     })
@@ -60,6 +61,8 @@ def model_card(model: ServedModel, runtime: Runtime) -> dict[str, Any]:
             "thresholds": spec.thresholds,
             "presets": {name: {k: v for k, v in p.items()} for name, p in spec.presets.items()},
         }
+        if spec.abstain is not None:  # which question types answer abstain_probability, known before asking
+            out["decisions"]["abstain"] = spec.abstain.model_dump()
     if card.heads:
         out["heads"] = [{**h.model_dump(exclude={"zero_shot"}), "zero_shot": h.zero_shot is not None}
                         for h in card.heads]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
 import tritonclient.grpc.aio as grpcaio
@@ -111,3 +112,45 @@ def test_concurrent_requests_are_batched_by_triton(gateway_url: str, triton_url:
     inferences, executions = asyncio.run(run())
     assert inferences == 32
     assert executions < inferences
+
+
+# the best instruction set for each precision, best first (the flag /proc/cpuinfo lists for it)
+_ISA = {"bf16": [("AMX", "amx_bf16"), ("AVX-512 BF16", "avx512_bf16")],
+        "int8": [("AMX", "amx_int8"), ("AVX-512 VNNI", "avx512_vnni"), ("AVX-VNNI", "avx_vnni")],
+        "fp32": [("AVX-512", "avx512f"), ("AVX2", "avx2")]}
+
+
+def _this_cpu() -> tuple[str, set[str]]:
+    lines = [line.partition(":") for line in Path("/proc/cpuinfo").read_text().splitlines()]
+    model = next(value.strip() for key, _, value in lines if key.strip() == "model name")
+    flags = next(set(value.split()) for key, _, value in lines if key.strip() == "flags")
+    return model, flags
+
+
+def test_the_accelerator_names_this_hosts_cpu_and_the_isa_of_the_served_precision(http: httpx.Client) -> None:
+    model, flags = _this_cpu()
+    cards = {c["id"]: c for c in http.get("/v1/models").json()["data"]}
+    for card in cards.values():
+        precision = card["engine_args"]["precision"]
+        isa = next(name for name, flag in _ISA[precision] if flag in flags)
+        assert card["accelerator"] == f"{model} ({isa} {precision})", card["id"]
+    assert {c["engine_args"]["precision"] for c in cards.values()} >= {"fp32", "bf16"}  # both kinds are checked
+    r = http.post("/v1/embeddings", json={"model": MODEL, "input": "x", "options": {"return_meta": True}})
+    assert r.status_code == 200
+    assert r.json()["meta"]["accelerator"] == cards[MODEL]["accelerator"]
+    assert r.json()["meta"]["device"] == "cpu"
+
+
+def test_models_declares_which_question_types_answer_abstain_probability(http: httpx.Client) -> None:
+    body = http.get("/v1/models").json()
+    check("/v1/models", "get", 200, body)
+    cards = {c["id"]: c for c in body["data"]}
+    abstain = cards["decision-zeroshot"]["decisions"]["abstain"]
+    assert abstain["types"] == ["choice"] and "softmax" in abstain["description"]
+    assert all("abstain" not in c["decisions"] for c in cards.values()
+               if c.get("decisions") and c["id"] != "decision-zeroshot")  # a card without the option says nothing
+    choice = {"type": "choice", "instructions": "Which topic is this?",
+              "choices": [{"key": "billing", "description": "Invoices"}, {"key": "weather", "description": "Rain"}]}
+    r = http.post("/v1/decisions", json={"model": "decision-zeroshot", "state": "The invoice is overdue.",
+                                         "questions": {"q": choice}})
+    assert r.status_code == 200 and "abstain_probability" in r.json()["answers"]["q"]  # as declared

@@ -1,5 +1,5 @@
 """The gateway never gives up silently: a failed model is tried again with backoff, and a process whose every model
-has stayed failed for --liveness-failed-seconds answers 503 on /health/live, so Kubernetes replaces it (fake engine
+has stayed failed for --liveness-failed-s answers 503 on /health/live, so Kubernetes replaces it (fake engine
 behind the Triton seam; the real child Triton's restart limit is in test_self_healing.py)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .fake_engine import served_by_fake
 
 
 async def test_liveness_stays_200_while_a_model_is_failed_within_the_grace_and_turns_503_after_it() -> None:
-    async with served_by_fake(MODEL, liveness_failed_seconds=60.0) as (client, _):
+    async with served_by_fake(MODEL, liveness_failed_s=60.0) as (client, _):
         runtime = client.server.app[RUNTIME_KEY]
         r = await client.get("/health/live")
         assert r.status == 200 and (await r.json())["status"] == "alive"
@@ -40,7 +40,7 @@ async def test_liveness_stays_200_while_a_model_is_failed_within_the_grace_and_t
 
 
 async def test_liveness_never_fails_when_the_grace_is_zero() -> None:
-    async with served_by_fake(MODEL, liveness_failed_seconds=0.0) as (client, _):
+    async with served_by_fake(MODEL, liveness_failed_s=0.0) as (client, _):
         runtime = client.server.app[RUNTIME_KEY]
         runtime.set_status(runtime.models[MODEL], "failed", "boom")
         runtime.failed_since = time.monotonic() - 10_000
@@ -58,7 +58,7 @@ async def _config(model: str) -> dict[str, Any]:
 async def test_a_model_that_failed_to_load_is_tried_again_with_backoff_and_becomes_ready(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("gateway.lifecycle.check_golden", _no_golden)
-    async with served_by_fake(MODEL, model_retry_seconds=0.05) as (client, engine):
+    async with served_by_fake(MODEL, model_retry_s=0.05) as (client, engine):
         runtime = client.server.app[RUNTIME_KEY]
         runtime.triton_health["live"] = True
         engine.model_config = _config  # type: ignore[method-assign]
@@ -97,9 +97,9 @@ async def test_a_model_that_failed_to_load_is_tried_again_with_backoff_and_becom
     assert {s for s, _ in statuses[first_retry:-1]} == {"failed"}
 
 
-async def test_no_retry_when_model_retry_seconds_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_no_retry_when_model_retry_s_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("gateway.lifecycle.check_golden", _no_golden)
-    async with served_by_fake(MODEL, model_retry_seconds=0.0) as (client, engine):
+    async with served_by_fake(MODEL, model_retry_s=0.0) as (client, engine):
         runtime = client.server.app[RUNTIME_KEY]
         runtime.triton_health["live"] = True
         loads = 0

@@ -58,7 +58,7 @@ def termination() -> Termination:
     containers = {c["name"]: c for c in spec["containers"]}
     config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "sr-gateway")["data"]
     return Termination(gateway_pre_stop=_sleep(containers["gateway"]),
-                       drain=float(config["SR_GATEWAY_SHUTDOWN_SECONDS"]),
+                       drain=float(config["SR_GATEWAY_SHUTDOWN_S"]),
                        triton_pre_stop=_sleep(containers["triton"]),
                        grace=float(spec["terminationGracePeriodSeconds"]))
 
@@ -85,7 +85,7 @@ def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:
     a_port, b_port = free_port(), free_port()
     a_gateway = start(["serve", "--triton-url", f"127.0.0.1:{grpc}", "--port", str(a_port),
                        "--model-repository", str(repo)], "rollout-a-gateway.log",
-                      env={"SR_GATEWAY_SHUTDOWN_SECONDS": str(t.drain * SCALE)})
+                      env={"SR_GATEWAY_SHUTDOWN_S": str(t.drain * SCALE)})
     b = start(["serve", "--port", str(b_port), "--model-repository", str(repo)], "rollout-b.log")
     pods = Pods(f"http://127.0.0.1:{a_port}", a_gateway, a_triton, f"http://127.0.0.1:{b_port}")
     try:

@@ -21,8 +21,8 @@ from .conftest import MODEL, ROOT, free_port, start, stop, wait_for
 from .contract import check
 from .precision import repository_at, served
 
-FAST = {"SR_GATEWAY_TRITON_CHECK_SECONDS": "0.2", "SR_GATEWAY_TRITON_RESTART_BACKOFF_SECONDS": "0.2",
-        "SR_GATEWAY_TRITON_RESTART_LIMIT": "2", "SR_GATEWAY_LIVENESS_FAILED_SECONDS": "2"}
+FAST = {"SR_GATEWAY_TRITON_CHECK_S": "0.2", "SR_GATEWAY_TRITON_RESTART_BACKOFF_S": "0.2",
+        "SR_GATEWAY_TRITON_RESTART_LIMIT": "2", "SR_GATEWAY_LIVENESS_FAILED_S": "2"}
 
 
 def children(pid: int, name: str) -> list[int]:
@@ -239,7 +239,7 @@ def test_exits_beyond_the_restart_limit_fail_every_model_with_the_reason(
     r = httpx.post(url + "/v1/embeddings", json={"input": "x"})
     assert r.status_code == 503 and r.json()["error"]["code"] == "not_ready"
     assert not children(proc.pid, "tritonserver") and not group_members(triton)
-    # given up for good: after --liveness-failed-seconds, liveness fails so Kubernetes replaces the process
+    # given up for good: after --liveness-failed-s, liveness fails so Kubernetes replaces the process
     wait_for(lambda: httpx.get(url + "/health/live").status_code == 503, 30, "liveness to fail", proc)
     live = httpx.get(url + "/health/live").json()
     check("/health/live", "get", 503, live)

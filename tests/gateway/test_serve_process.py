@@ -44,7 +44,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subp
     copy_model(repo, "bad", tamper_golden=True)
     port = free_port()
     proc = start(["serve", "--port", str(port), "--model-repository", str(repo)], "serve-child.log",
-                 env={"SR_GATEWAY_SHUTDOWN_SECONDS": "20"})
+                 env={"SR_GATEWAY_SHUTDOWN_S": "20"})
     url = f"http://127.0.0.1:{port}"
 
     def settled() -> bool:

@@ -338,7 +338,7 @@ def test_the_cluster_serving_runtime_is_hardened_and_claims_only_the_protocol_it
     assert all(m["mountPath"] in ("/dev/shm", "/tmp") for m in c["volumeMounts"])  # the rest is read-only
     # the pod gets Kubernetes' default grace period (a runtime cannot set one): preStop + drain fit inside it
     pre_stop = int(c["lifecycle"]["preStop"]["exec"]["command"][-1])
-    drain = float(flags(c["args"])["--shutdown-seconds"])
+    drain = float(flags(c["args"])["--shutdown-s"])
     assert pre_stop + drain + 5 <= 30
     for probe in ("readinessProbe", "livenessProbe"):
         assert c[probe]["timeoutSeconds"] >= 1
@@ -438,7 +438,7 @@ def test_triton_outlives_the_gateways_drain_inside_the_grace_period(target: str)
     docs = render(target)
     spec = pod_spec(docs, "sr-gateway")
     gateway, triton = container(docs, "sr-gateway", "gateway"), container(docs, "sr-gateway", "triton")
-    drain = float(find(docs, "ConfigMap", "sr-gateway")["data"]["SR_GATEWAY_SHUTDOWN_SECONDS"])
+    drain = float(find(docs, "ConfigMap", "sr-gateway")["data"]["SR_GATEWAY_SHUTDOWN_S"])
     gateway_done = sleep_seconds(gateway) + drain
     assert sleep_seconds(triton) > gateway_done  # Triton gets SIGTERM only after the gateway has drained
     triton_done = sleep_seconds(triton) + int(flags(triton["args"])["--exit-timeout-secs"])
@@ -469,7 +469,7 @@ def test_the_controlplane_shuts_down_and_is_probed_within_its_own_timeouts() -> 
     assert c["readinessProbe"]["timeoutSeconds"] > readyz_check_timeout()
     assert c["livenessProbe"]["timeoutSeconds"] >= 1
     gateway = container(docs, "sr-gateway", "gateway")
-    check = float(find(docs, "ConfigMap", "sr-gateway")["data"]["SR_GATEWAY_TRITON_CHECK_SECONDS"])
+    check = float(find(docs, "ConfigMap", "sr-gateway")["data"]["SR_GATEWAY_TRITON_CHECK_S"])
     assert gateway["readinessProbe"]["timeoutSeconds"] >= check
 
 
