@@ -34,6 +34,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# How long a served stack may take to load every model, run each text instance's largest chunks (RaggedRunner.warm)
+# and pass its golden answers: a bound for a stuck start, not a speed check. A loaded 2-core host took 170 s for
+# every card; CI's own runs take less.
+READY_S = 420.0
+
+
 def wait_for(check, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:  # type: ignore[type-arg]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -68,7 +74,7 @@ def stop(proc: subprocess.Popen) -> int:  # type: ignore[type-arg]
 
 @contextlib.contextmanager
 def serving(repo: Path, log_name: str, what: str, settled: tuple[str, ...] = ("ready", "failed"),
-            timeout: float = 240) -> Iterator[str]:
+            timeout: float = READY_S) -> Iterator[str]:
     """`sr-gateway serve` over its own model repository (Triton as its child) until /health settles; yields the
     base URL and asserts a clean exit afterwards."""
     port = free_port()
@@ -125,7 +131,7 @@ def triton_url() -> Iterator[str]:
         stop(proc)
 
 
-def serve_gateway(triton_url: str, log_name: str, *flags: str, timeout: float = 180) -> Iterator[str]:
+def serve_gateway(triton_url: str, log_name: str, *flags: str, timeout: float = READY_S) -> Iterator[str]:
     """A gateway over the session's Triton (with `flags`), yielded once ready; it must exit cleanly afterwards."""
     port = free_port()
     proc = start(["serve", "--triton-url", triton_url, "--port", str(port), *flags], log_name)
@@ -147,7 +153,7 @@ def gateway_url(triton_url: str) -> Iterator[str]:
     proc = start(["serve", "--triton-url", triton_url, "--port", str(port)], "gateway.log")
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed"), 180,
+        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed"), READY_S,
                  "gateway", proc)
         health = httpx.get(url + "/health").json()
         assert health["status"] == "ready", f"the gateway is not ready: {health}"
@@ -187,7 +193,7 @@ def _build_and_serve(served: Served) -> Served:
     proc = start(["serve", "--port", str(port), "--model-repository", str(served.repo)], "serve-fixtures.log")
     served.procs.append(proc)
     served.url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: httpx.get(served.url + "/health", timeout=2).json()["status"] in ("ready", "failed"), 180,
+    wait_for(lambda: httpx.get(served.url + "/health", timeout=2).json()["status"] in ("ready", "failed"), READY_S,
              "gateway (fixtures)", proc)
     served.proc = proc
     return served

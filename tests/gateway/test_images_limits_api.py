@@ -12,7 +12,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from .conftest import free_port, start, stop, wait_for
+from .conftest import READY_S, free_port, start, stop, wait_for
 from .contract import check
 from .image_samples import animated, blank_png, encode, image_part, padded_png, photo
 from .test_images_api import IMAGE_MODEL, multipart, post_multipart
@@ -137,7 +137,7 @@ def roomy(triton_url: str) -> Iterator[httpx.Client]:
                   "--max-request-bytes", str(20 * MIB)], "gateway-images.log")
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed"), 180,
+        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in ("ready", "failed"), READY_S,
                  "gateway (images)", proc)
         with httpx.Client(base_url=url, timeout=120) as client:
             assert_ready(client)

@@ -18,7 +18,7 @@ import pytest
 from gateway.supervisor import group_members
 from k8s.render import render
 
-from .conftest import BIN, LOGS, MODEL, ROOT, free_port, start, stop, wait_for
+from .conftest import BIN, LOGS, MODEL, READY_S, ROOT, free_port, start, stop, wait_for
 from .contract import timings
 
 DASHBOARD = ROOT / "k8s" / "base" / "sr-gateway-dashboard.json"
@@ -62,7 +62,7 @@ def stack() -> Iterator[dict[str, Any]]:
     gateway = start(gateway_args, "observability-gateway.log", env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] == "ready", 180, "gateway", gateway)
+        wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] == "ready", READY_S, "gateway", gateway)
         yield {"url": url, "triton_metrics": f"http://127.0.0.1:{metrics}/metrics", "log": LOGS /
                "observability-gateway.log"}
     finally:

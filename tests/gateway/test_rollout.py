@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from k8s.render import render
 
-from .conftest import free_port, start, stop, wait_for
+from .conftest import READY_S, free_port, start, stop, wait_for
 from .test_serve_process import copy_model
 
 # manifest seconds -> test seconds. 1: the manifest's own numbers (a scaled-down run measured the machine's load,
@@ -89,8 +89,8 @@ def pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pods]:
     b = start(["serve", "--port", str(b_port), "--model-repository", str(repo)], "rollout-b.log")
     pods = Pods(f"http://127.0.0.1:{a_port}", a_gateway, a_triton, f"http://127.0.0.1:{b_port}")
     try:
-        wait_for(lambda: _ready(pods.a_url), 240, "pod A's gateway", a_gateway)
-        wait_for(lambda: _ready(pods.b_url), 240, "pod B", b)
+        wait_for(lambda: _ready(pods.a_url), READY_S, "pod A's gateway", a_gateway)
+        wait_for(lambda: _ready(pods.b_url), READY_S, "pod B", b)
         yield pods
     finally:
         for proc in (a_gateway, b, a_triton):

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.cards import load_card
 from gateway.supervisor import SHM, STUB, group_members
 
-from .conftest import MODEL, ROOT, free_port, start, stop, wait_for
+from .conftest import MODEL, READY_S, ROOT, free_port, start, stop, wait_for
 from .contract import check
 from .precision import repository_at, served
 
@@ -119,7 +119,7 @@ def child(two_instances: Path) -> Iterator[tuple[str, subprocess.Popen]]:  # typ
                  "self-healing.log", env=FAST)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: health(url)["status"] == "ready", 180, "gateway (child Triton)", proc)
+        wait_for(lambda: health(url)["status"] == "ready", READY_S, "gateway (child Triton)", proc)
         yield url, proc
     finally:
         (triton,) = children(proc.pid, "tritonserver") or (None,)
