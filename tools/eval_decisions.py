@@ -1,15 +1,16 @@
 """Accuracy of the served decisions families on the labelled sets, by the served rule, beside trivial baselines.
 
     python -m tools.eval_decisions --all [--url http://127.0.0.1:8080] [--split heldout] [--markdown FILE]
-    python -m tools.eval_decisions --all --split heldout2     (held-out v2: the trained presets' fresh lines only)
+    python -m tools.eval_decisions --all --split heldout2 [--sets adhoc|presets]   (held-out v2 of either or both)
     python -m tools.eval_decisions --url URL --model decision-zeroshot [--split heldout]      (one model, items only)
 
 Sets (`tools/decisions_eval/`): `items.jsonl` (English ad-hoc items), `items_zh.jsonl` (bilingual ad-hoc items),
-`spans_zh.jsonl` (Chinese span items) — all in the item format — and `presets/<preset>.jsonl` (the trained presets'
-data; the `heldout2` lines are scored — held-out v2, written after the v1 `heldout` lines were seen and moved to
-`train` — and `train` lines give the majority baseline). Without `--url`, `--all` starts `sr-gateway serve` for the
-models it needs (the two decisions models and pii-rampart, which decision-zeroshot reads through) and stops it
-afterwards.
+`spans_zh.jsonl` (Chinese span items), `items_heldout2.jsonl` (ad-hoc held-out v2: new questions and states,
+written after the `heldout` items were seen; `fit_decisions` never reads it) — all in the item format — and
+`presets/<preset>.jsonl` (the trained presets' data; the `heldout2` lines are scored — held-out v2, written after
+the v1 `heldout` lines were seen and moved to `train` — and `train` lines give the majority baseline). Without
+`--url`, `--all` starts `sr-gateway serve` for the models it needs (the two decisions models and pii-rampart, which
+decision-zeroshot reads through) and stops it afterwards.
 
 Families side by side (FAMILIES): MiniLM zero-shot (`decision-zeroshot`, the preset's definition asked as an ad-hoc
 question), multilingual zero-shot (`decision-multilingual`, the same ad-hoc question) and trained presets
@@ -50,7 +51,8 @@ import yaml
 HERE = Path(__file__).resolve().parent / "decisions_eval"
 ROOT = HERE.parents[1]
 ITEMS = HERE / "items.jsonl"
-ITEM_FILES = (HERE / "items.jsonl", HERE / "items_zh.jsonl", HERE / "spans_zh.jsonl")
+ITEMS_V2 = HERE / "items_heldout2.jsonl"  # ad-hoc held-out v2: only `heldout2` items, never read by the fit
+ITEM_FILES = (HERE / "items.jsonl", HERE / "items_zh.jsonl", HERE / "spans_zh.jsonl", ITEMS_V2)
 PRESETS = HERE / "presets"
 RUNS = HERE / "RUNS.md"
 MULTILINGUAL = "decision-multilingual"
@@ -58,8 +60,8 @@ DEFAULT_MODEL = "decision-zeroshot"
 BATCH = 16
 QUESTION_ID = "q"
 TYPES = ("choice", "noul", "score", "set", "span")
-SPLITS = ("fit", "heldout")
-PRESET_SPLITS = ("heldout2",)  # splits only the preset files have (held-out v2)
+SPLITS = ("fit", "heldout", "heldout2")  # heldout2: held-out v2, written after `heldout` was seen
+SETS = ("all", "adhoc", "presets")  # which sets a `--all` run scores
 REQUIRED = {"id", "split", "state", "question", "expected"}
 OPTIONAL = {"lang", "question_id", "source", "why", "hard"}
 FIT_SHARE = 0.4
@@ -504,12 +506,13 @@ def _langs(items: Sequence[Item]) -> list[str]:
     return [*sorted(seen), "all"] if len(seen) > 1 else ["all"]
 
 
-def run_all(url: str, split: str) -> tuple[str, list[Row]]:
-    """Every set, every family, grouped by type and language; the markdown table and its rows."""
+def run_all(url: str, split: str, sets: str = "all") -> tuple[str, list[Row]]:
+    """Every set (or only the ad-hoc items, or only the presets), every family, grouped by type and language; the
+    markdown table and its rows."""
     families = [f for f, _, _ in FAMILIES]
     rows: list[Row] = []
     items = load_all()
-    chosen = select(items, split)
+    chosen = select(items, split) if sets != "presets" else []
     served = {m["id"]: m for m in httpx.get(url + "/v1/models", timeout=30).json()["data"]}
     answers = {m: set((served[m].get("decisions") or {}).get("question_types") or []) for _, m, _ in FAMILIES}
     answered: dict[str, dict[str, Entry]] = {}
@@ -523,7 +526,7 @@ def run_all(url: str, split: str) -> tuple[str, list[Row]]:
             reports = {n: evaluate(answered[n], group, fit_items=items) for n, m, mode in FAMILIES
                        if n in answered and kind in answers[m]}
             rows.append(Row("ad-hoc items", kind, lang, reports))
-    for preset, lines in load_presets().items():
+    for preset, lines in (load_presets() if sets != "adhoc" else {}).items():
         picked = select(lines, split)
         reports_by: dict[str, dict[str, Entry]] = {n: collect(url, m, picked, mode=mode) for n, m, mode in FAMILIES}
         for lang in _langs(picked):
@@ -589,7 +592,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="a served gateway's base URL (default with --all: start one)")
     parser.add_argument("--all", action="store_true", help="every set, every family, by type and language")
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--split", choices=[*SPLITS, *PRESET_SPLITS, "all"], default="heldout")
+    parser.add_argument("--split", choices=[*SPLITS, "all"], default="heldout")
+    parser.add_argument("--sets", choices=SETS, default="all",
+                        help="with --all: the ad-hoc items only, the preset lines only, or both")
     parser.add_argument("--items", type=Path, default=ITEMS)
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     parser.add_argument("--note", default="", help="said in RUNS.md beside this run")
@@ -597,13 +602,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.all:
         proc, url = (None, args.url) if args.url else serve()
         try:
-            table, _ = run_all(url, args.split)
+            table, _ = run_all(url, args.split, args.sets)
         finally:
             if proc is not None:
                 proc.terminate()
                 proc.wait(120)
-        record_run("--all (" + ", ".join(f"{n}={m}" for n, m, _ in FAMILIES) + ")", args.split, args.note)
-        title = f"Decisions accuracy, split {args.split}, {dt.date.today()} (Wilson 95 % intervals)"
+        sets = "" if args.sets == "all" else f" --sets {args.sets}"
+        record_run(f"--all{sets} (" + ", ".join(f"{n}={m}" for n, m, _ in FAMILIES) + ")", args.split, args.note)
+        title = f"Decisions accuracy, split {args.split}{sets}, {dt.date.today()} (Wilson 95 % intervals)"
         table = f"{title}\n\n{table}"
     else:
         if not args.url:

@@ -16,8 +16,9 @@ Thresholds (from the lead's format note for issue 22):
   ±15 percentage points of the even share 1/k, and appears at least once;
 - no state in both splits (compared case- and whitespace-insensitively), and for two-part presets no single part
   (request, candidate, context, answer, question) in both splits either;
-- no state or part that is also the state (or a part) of a zero-shot evaluation item in `../items.jsonl` or
-  `../items_zh.jsonl`, since training data, fit items and held-out items must be disjoint;
+- no state or part that is also the state (or a part) of a zero-shot evaluation item in `../items.jsonl`,
+  `../items_zh.jsonl` or `../items_heldout2.jsonl`, since training data, fit items and held-out items must be
+  disjoint;
 - ≥ 25 % of a preset's lines carry a non-empty `hard` tag.
 """
 
@@ -167,7 +168,7 @@ def check_line(spec: PresetSpec, row: Any, where: str) -> list[str]:
     return problems
 
 
-ITEM_FILES = ("items.jsonl", "items_zh.jsonl")
+ITEM_FILES = ("items.jsonl", "items_zh.jsonl", "items_heldout2.jsonl")
 
 
 def item_texts(folder: Path) -> dict[str, str]:
