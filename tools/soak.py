@@ -32,6 +32,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,23 +152,36 @@ def anon_rss(pid: int) -> int | None:
     return None
 
 
-async def sample(root: int, every: float, until: float, into: list[dict[str, Any]]) -> None:
-    """RSS and anonymous RSS (MiB) of every process under `root` (gateway, tritonserver, model instances) every
-    `every` seconds."""
+def tree_row(root: int) -> dict[str, float]:
+    """RSS and anonymous RSS (MiB) of every process under `root` (gateway, tritonserver, model instances)."""
     from gateway.metrics import process_tree_memory
 
+    row: dict[str, float] = {}
+    for proc in process_tree_memory(root):
+        row[label(proc)] = round(proc.rss_bytes / 2**20, 1)
+        if (anon := anon_rss(proc.pid)) is not None:
+            row[ANON + label(proc)] = round(anon / 2**20, 1)
+    return row
+
+
+async def sample_rows(read: Callable[[], dict[str, float]], every: float, until: float,
+                      into: list[dict[str, Any]]) -> None:
+    """One row of `read()` (name -> MiB) with its time since the start (`t`, s) every `every` seconds until the
+    monotonic time `until` (the last row at or after it): the sampling loop of every soak (tools.soak_controlplane
+    too)."""
     started = time.monotonic()
     while True:
         now = time.monotonic()
-        row: dict[str, Any] = {"t": round(now - started, 1)}
-        for proc in process_tree_memory(root):
-            row[label(proc)] = round(proc.rss_bytes / 2**20, 1)
-            if (anon := anon_rss(proc.pid)) is not None:
-                row[ANON + label(proc)] = round(anon / 2**20, 1)
-        into.append(row)
+        into.append({"t": round(now - started, 1), **read()})
         if now >= until:
             return
         await asyncio.sleep(min(every, max(0.0, until - time.monotonic())))
+
+
+async def sample(root: int, every: float, until: float, into: list[dict[str, Any]]) -> None:
+    """RSS and anonymous RSS (MiB) of every process under `root` (gateway, tritonserver, model instances) every
+    `every` seconds."""
+    await sample_rows(lambda: tree_row(root), every, until, into)
 
 
 def growth(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, dict[str, float]]:
@@ -235,7 +249,7 @@ class Stack:
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
                                      env={**os.environ, **(env or {})})
 
-    def wait_ready(self, timeout: float = 240) -> None:
+    def wait_ready(self, timeout: float = 420) -> None:
         import httpx
 
         deadline = time.monotonic() + timeout
