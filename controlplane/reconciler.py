@@ -217,8 +217,10 @@ class Reconciler:
                 meta = obj.get("metadata") or {}
                 objects[(kind.name, meta.get("namespace", ""), meta.get("name", ""))] = obj
         live_ids = {r.id for r in rows if r.deleted_at is None}
-        deleted_ids = {r.id for r in rows if r.deleted_at is not None}
         owners = {workload.deployment_id(obj) for obj in objects.values()}
+        # records marked deleted are read only for the workloads still in the cluster that no live record owns
+        deleted_ids = {r.id for r in rows if r.deleted_at is not None} | await self.store.deleted_among(
+            o for o in owners if o and o not in live_ids)
         for row in rows:  # a failed create's record goes once no workload of it is left (deleted below first)
             if row.status == DELETING and row.id not in owners:
                 log.warning("reconciler: the failed create %s left no workload; removing its record", row.id)

@@ -9,7 +9,7 @@ caller merges onto the newer record. Writers of one deployment in this process a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -136,10 +136,27 @@ class DeploymentStore:
             return await _records(conn, sa.select(deployments).where(*visible(who, write=False)))
 
     async def kubernetes_backed(self) -> list[DeploymentRecord]:
-        """Every record created with a Kubernetes workload, marked deleted or not: what the reconciler compares
-        with the cluster (deleted ones tell it which workloads to finish deleting)."""
+        """The records a reconciler pass compares with the cluster: every live one created with a Kubernetes
+        workload, and every ``deleting`` one (a failed create whose workload may exist). Records marked deleted are
+        not read here — the catalog keeps them for good, and reading them all on every pass cost ≈ 5 KiB each
+        (0.5 GiB a pass for 100,000 deployments ever made); :meth:`deleted_among` names the few a pass needs."""
+        query = sa.select(deployments).where(
+            deployments.c.backend_catalog == "k8s",
+            sa.or_(deployments.c.deleted_at.is_(None), deployments.c.status == DELETING))
         async with self._db.connect() as conn:
-            return await _records(conn, sa.select(deployments).where(deployments.c.backend_catalog == "k8s"))
+            return await _records(conn, query)
+
+    async def deleted_among(self, ids: Iterable[str]) -> set[str]:
+        """Which of `ids` are records marked deleted: asked for the owners of the workloads in the cluster that no
+        live record owns, so a delete that stopped half-way is finished without reading the catalog's history."""
+        wanted = sorted(set(ids))
+        found: set[str] = set()
+        async with self._db.connect() as conn:
+            for start in range(0, len(wanted), 500):  # bounded IN lists
+                result = await conn.execute(sa.select(deployments.c.id).where(
+                    deployments.c.id.in_(wanted[start:start + 500]), deployments.c.deleted_at.is_not(None)))
+                found.update(row[0] for row in result)
+        return found
 
     async def insert(self, record: DeploymentRecord) -> None:
         """Add a record (IntegrityError when the live-name index already has the name). Unset columns are left

@@ -233,7 +233,7 @@ async def test_a_live_name_is_unique_per_project_until_the_record_is_marked_dele
     assert [r.id for r in (await store.page(principal("p1", READ), 1, 0))[1]] == ["deployment-b"]
 
 
-async def test_the_reconciler_sees_deleted_kubernetes_records_and_erases_only_deleting_ones(
+async def test_a_reconciler_pass_reads_live_and_deleting_records_and_deleted_ones_only_by_owner_id(
     engine: AsyncEngine,
 ) -> None:
     store = DeploymentStore(engine)
@@ -243,8 +243,12 @@ async def test_the_reconciler_sees_deleted_kubernetes_records_and_erases_only_de
     await store.mark_deleting("deployment-a")
     await store.mark_deleted("deployment-b")
     seen = {r.id: r for r in await store.kubernetes_backed()}
-    assert set(seen) == {"deployment-a", "deployment-b"}
+    assert set(seen) == {"deployment-a"}  # a record marked deleted is not read on every pass
     assert seen["deployment-a"].status == DELETING and not seen["deployment-a"].live
+    # ... only when a workload in the cluster names it
+    assert await store.deleted_among(["deployment-b", "deployment-a", "deployment-x"]) == {"deployment-a",
+                                                                                          "deployment-b"}
+    assert await store.deleted_among([]) == set()
     await store.erase_deleting("deployment-a")
     await store.erase_deleting("deployment-b")  # marked deleted, not deleting: kept for good
     assert await store.fetch("deployment-a") is None
