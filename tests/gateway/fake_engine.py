@@ -119,6 +119,15 @@ class FakeEngine:
         return None
 
 
+async def until(check: Callable[[], Any], what: str) -> None:
+    """Wait (at most ≈ 2 s of loop turns) until `check()` holds: for states the fake reaches between awaits."""
+    for _ in range(2000):
+        if check():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"never observed: {what}")
+
+
 @contextlib.asynccontextmanager
 async def served_by_fake(model: str, **settings: Any) -> AsyncIterator[tuple[TestClient, FakeEngine]]:  # type: ignore[type-arg]
     """The real app over real HTTP with the fake injected as its engine and `model` ready (no tritonserver)."""

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient
 
 from gateway.triton import TritonFailure
 
-from .fake_engine import FakeEngine, served_by_fake
+from .fake_engine import FakeEngine, served_by_fake, until
 
 MODEL = "all-minilm-l6-v2"
 LONG = "a much longer input with many more words in it than twelve ids"  # 16 ids with [CLS] and [SEP]
@@ -53,14 +53,6 @@ async def burst(client: TestClient, bodies: list[dict[str, Any]]) -> list[tuple[
     """POST every body to /v1/embeddings at once and return each answer, in order."""
     sockets = [send(client, "/v1/embeddings", body) for body in bodies]
     return list(await asyncio.gather(*map(answer, sockets)))
-
-
-async def until(check: Any, what: str) -> None:
-    for _ in range(2000):
-        if check():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError(f"never observed: {what}")
 
 
 @pytest.fixture

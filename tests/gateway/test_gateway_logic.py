@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient
 from gateway.surfaces.common import RUNTIME_KEY
 from gateway.triton import TritonFailure
 
-from .fake_engine import FakeEngine, served_by_fake
+from .fake_engine import FakeEngine, served_by_fake, until
 
 MODEL = "all-minilm-l6-v2"
 LONG = 12  # inputs with more ids than this are "long" for the fake's rules
@@ -42,14 +42,6 @@ async def stack() -> AsyncIterator[Stack]:
             yield Stack(client, engine)
         finally:
             engine.release.set()
-
-
-async def until(check: Any, what: str) -> None:
-    for _ in range(2000):
-        if check():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError(f"never observed: {what}")
 
 
 async def test_admission_is_413_past_max_queue_and_429_when_full_then_recovers(stack: Stack) -> None:
