@@ -152,6 +152,18 @@ def anon_rss(pid: int) -> int | None:
     return None
 
 
+def stop_process(proc: subprocess.Popen, grace_s: float) -> int:  # type: ignore[type-arg]
+    """SIGTERM, then SIGKILL if it is still there after `grace_s`: every soak's own server goes this way."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return int(proc.returncode)
+
+
 def tree_row(root: int) -> dict[str, float]:
     """RSS and anonymous RSS (MiB) of every process under `root` (gateway, tritonserver, model instances)."""
     from gateway.metrics import process_tree_memory
@@ -268,15 +280,9 @@ class Stack:
         raise TimeoutError(f"sr-gateway serve not ready after {timeout} s; see {self.log.name}")
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc, 60)
         self.log.close()
-        return int(self.proc.returncode)
+        return code
 
     def __enter__(self) -> Stack:
         try:

@@ -56,7 +56,7 @@ import aiohttp
 import numpy as np
 import yaml
 
-from tools.soak import ANON, anon_rss, growth, plot, sample_rows
+from tools.soak import ANON, anon_rss, growth, plot, sample_rows, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTENV = ROOT / "tools" / "testenv"
@@ -405,15 +405,9 @@ class ControlPlane:
         return None
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc, 30)
         self.log.close()
-        return int(self.proc.returncode)
+        return code
 
 
 def traced(snapshots: str, argv: list[str]) -> int:
