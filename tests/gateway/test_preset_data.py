@@ -144,7 +144,7 @@ def test_the_validator_catches_each_kind_of_broken_preset_data(
 def test_a_heldout_pair_that_reuses_a_training_part_is_reported_as_a_leak(tmp_path: Path) -> None:
     rows = _rows("relevance")
     train = next(r for r in rows if r["split"] == "train")
-    held = next(r for r in rows if r["split"] == "heldout2")
+    held = next(r for r in rows if r["split"] in cp.HELDOUT)
     held["state"] = {"request": held["state"]["request"], "candidate": train["state"]["candidate"]}
     _write(tmp_path, "relevance", rows)
     report = cp.check_file(tmp_path / "relevance.jsonl", cp.PRESETS["relevance"])
@@ -178,12 +178,33 @@ def test_the_held_out_v2_checksums_change_when_a_held_out_line_changes(tmp_path:
     for preset in cp.PRESETS:
         _write(tmp_path, preset, _rows(preset))
     before = cp.split_sha256(tmp_path)
-    rows = _rows("grounded")
-    next(r for r in rows if r["split"] == "heldout2")["expected"] ^= True
-    _write(tmp_path, "grounded", rows)
+    rows = _rows("difficulty")
+    held = next(r for r in rows if r["split"] == "heldout2")
+    held["expected"] = (held["expected"] + 1) % 3  # another level
+    _write(tmp_path, "difficulty", rows)
     after = cp.split_sha256(tmp_path)
-    assert [p for p in cp.PRESETS if before[p] != after[p]] == ["grounded"]
+    assert [p for p in cp.PRESETS if before[p] != after[p]] == ["difficulty"]
     rows = _rows("jailbreak")
     next(r for r in rows if r["split"] == "train")["why"] += " (edited)"
     _write(tmp_path, "jailbreak", rows)
     assert cp.split_sha256(tmp_path)["jailbreak"] == before["jailbreak"]  # train edits leave held-out sums alone
+
+
+def test_a_preset_holds_lines_of_only_its_newest_held_out_split(tmp_path: Path) -> None:
+    rows = _rows("difficulty")
+    next(r for r in rows if r["split"] == "heldout2")["split"] = "heldout3"  # v3 written, v2 not moved to train
+    _write(tmp_path, "difficulty", rows)
+    report = cp.check_file(tmp_path / "difficulty.jsonl", cp.PRESETS["difficulty"])
+    assert any("only the newest held-out split" in p for p in report.problems), report.problems
+
+
+def test_seen_held_out_v2_lines_may_move_to_train_once_v3_measures_the_preset(tmp_path: Path) -> None:
+    rows = _rows("jailbreak")
+    held = [r for r in rows if r["split"] == "heldout2"]
+    for r in held:  # v2 becomes training data, and (here) the same lines stand in for a fresh v3 part
+        rows.append({**r, "id": r["id"] + "-v3", "split": "heldout3", "state": r["state"] + " (v3)"})
+        r.update(split="train", moved_from="heldout2")
+    _write(tmp_path, "jailbreak", rows)
+    report = cp.check_file(tmp_path / "jailbreak.jsonl", cp.PRESETS["jailbreak"])
+    assert report.problems == []
+    assert len(report.split_lines("heldout3")) == len(held)

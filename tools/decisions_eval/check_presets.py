@@ -3,14 +3,17 @@
 The heads fitted on these files are only as good as the files, and seven presets are written by different people, so
 one pure-Python check keeps every file to the same contract: the fields and their types, answers that are valid for
 the preset, unique ids, enough lines per split, enough Chinese per split, balanced answers, enough hard cases, and no
-state that appears twice (above all, never in both `train` and `heldout2`, which would leak the held-out part).
+state that appears twice (above all, never in both `train` and the held-out split, which would leak the held-out
+part).
 
 Run: `python tools/decisions_eval/check_presets.py [folder]` — prints one table row per preset and split, then the
 problems; exits 1 when there is any problem.
 
 Thresholds (from the lead's format note for issue 22):
-- per preset ≥ 160 `train` and ≥ 60 `heldout2` lines (held-out v2; the v1 `heldout` lines were seen by the 16:22 UTC
-  run and are `train` lines now, marked `moved_from: heldout`);
+- per preset ≥ 160 `train` and ≥ 60 lines in its current held-out split: `heldout3` where the preset has one
+  (pii, relevance, grounded: held-out v3), else `heldout2`. A seen held-out part becomes `train` lines marked
+  `moved_from` with its split's name (v1 `heldout`, seen 2026-12-01 16:22 UTC; v2 `heldout2` of the presets that
+  have a v3), and a preset holds lines of one held-out split only;
 - per split, Chinese share ≥ 45 %, where a `zh` line counts 1 and a `mixed` line counts ½;
 - balance: in each split, every answer (noul: true/false; choice: every key; score: every level) has a share within
   ±15 percentage points of the even share 1/k, and appears at least once;
@@ -35,9 +38,10 @@ from typing import Any
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
-SPLITS = ("train", "heldout2")  # v1 `heldout` lines were seen (16:22 UTC run) and moved to train
+HELDOUT = ("heldout3", "heldout2")  # newest first; v1 `heldout` lines were seen (16:22 UTC run) and moved to train
+SPLITS = ("train", *HELDOUT)
 LANGS = ("en", "zh", "mixed")
-MIN_LINES = {"train": 160, "heldout2": 60}
+MIN_LINES = {"train": 160, "heldout2": 60, "heldout3": 60}
 MIN_CHINESE_SHARE = 0.45
 BALANCE_TOLERANCE = 0.15
 MIN_HARD_SHARE = 0.25
@@ -71,7 +75,7 @@ PRESETS: dict[str, PresetSpec] = {
 
 REQUIRED_KEYS = ("id", "preset", "lang", "split", "state", "expected", "source", "why")
 OPTIONAL_KEYS = ("hard", "moved_from")
-MOVED_FROM = ("heldout",)  # a train line that was a v1 held-out line says so
+MOVED_FROM = ("heldout", "heldout2")  # a train line that was a (seen) held-out line says which
 SOURCE_RE = re.compile(r"^written for sr-gateway by .+, \d{4}-\d{2}-\d{2}$")
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
@@ -226,7 +230,7 @@ def check_file(path: Path, spec: PresetSpec, items: dict[str, str] | None = None
         key = state_key(row["state"])
         if key in seen:
             first = seen[key]
-            kind = "in both train and heldout2" if first["split"] != row["split"] else "twice"
+            kind = f"in both {first['split']} and {row['split']}" if first["split"] != row["split"] else "twice"
             report.problems.append(f"{path.name}: the same state appears {kind}: {first['id']} and {row['id']}")
         else:
             seen[key] = row
@@ -246,11 +250,16 @@ def check_file(path: Path, spec: PresetSpec, items: dict[str, str] | None = None
                 part_splits.setdefault((part, state_key(value)), {}).setdefault(row["split"], row["id"])
         for (part, _), by_split in part_splits.items():
             if len(by_split) > 1:
-                report.problems.append(
-                    f"{path.name}: part {part!r} of {by_split['heldout2']} also appears in train ({by_split['train']})"
-                )
+                held = next(by_split[s] for s in HELDOUT if s in by_split)
+                others = ", ".join(f"{s} ({i})" for s, i in by_split.items() if i != held)
+                report.problems.append(f"{path.name}: part {part!r} of {held} also appears in {others}")
 
-    for split in SPLITS:
+    present = [split for split in HELDOUT if report.split_lines(split)]
+    if len(present) > 1:
+        report.problems.append(f"{path.name}: lines in {' and '.join(present)}: only the newest held-out split may "
+                               f"hold lines; move the seen one's lines to train with moved_from")
+    current = present[0] if present else HELDOUT[-1]
+    for split in ("train", current):
         rows = report.split_lines(split)
         if len(rows) < MIN_LINES[split]:
             report.problems.append(f"{path.name}: {split} has {len(rows)} lines, needs ≥ {MIN_LINES[split]}")

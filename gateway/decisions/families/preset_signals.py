@@ -5,7 +5,13 @@ code-mixed sentence; a handful of counted features fixes what the vector cannot 
 features at training (sr_build/presets.py) and when serving (presets.py), so the two cannot drift. Each list below
 names its entries in order; a change to any of them is a change to the heads (sr_build/presets.py's REVISION).
 
-- `pii_signals`: an e-mail, a run of ≥ 7 digits, an 18-character Chinese ID number, a masked value (`138xxxx`).
+- `pii_signals`: an e-mail, a run of ≥ 7 digits, an 18-character Chinese ID number, a masked value (`138xxxx`);
+  then what the field's libraries validate (`gateway.decisions.pii_zh`, the span questions' own recognisers): an
+  e-mail, a CN phone number, a resident identity number (check digit), a bank card (Luhn), a person's name and a
+  postal address (LAC), plus a phone number valid in the US, GB or CN numbering plan (`phonenumbers`) and an IBAN
+  (`stdnum.iban`, check digits). The regexes say "looks like a number"; the libraries say "is a valid one", which
+  separates an order number from a mobile number. Read over the first `PII_SCAN_CHARS` code points (the encoder
+  reads at most 512 tokens anyway), so a huge state costs a bounded analysis.
 - `grounded_signals` (context, answer): numbers of the answer whose VALUE is not in the context (Arabic and Chinese
   numerals, thousands separators ignored), weekdays the answer names that the context does not, Latin names and
   codes (capitalised words, `KT-200`) the answer adds, a negation on one side only, and the share of the answer's
@@ -77,10 +83,27 @@ def _missing(have: set[Any], source: set[Any]) -> float:
     return len(have - source) / len(have) if have else 0.0
 
 
+PII_ENTITIES = ("EMAIL_ADDRESS", "PHONE_NUMBER", "CN_RESIDENT_ID", "BANK_CARD", "PERSON", "ADDRESS")
+PHONE_REGIONS = ("US", "GB", "CN")
+PII_SCAN_CHARS = 4096
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:\s?[A-Z0-9]{4}){2,7}\s?[A-Z0-9]{1,4}\b")
+
+
 def pii_signals(text: str) -> list[float]:
+    import phonenumbers
+    from stdnum import iban
+
+    from .. import pii_zh
+
+    text = text[:PII_SCAN_CHARS]
     digits = [re.sub(r"\D", "", m) for m in _DIGITS.findall(text)]
+    found = {f.entity for f in pii_zh.find(text)}
+    phone = any(True for region in PHONE_REGIONS
+                for _ in phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.VALID))
     return [float(bool(_EMAIL.search(text))), float(any(len(d) >= 7 for d in digits)),
-            float(bool(_CN_ID.search(text))), float(bool(_MASKED.search(text)))]
+            float(bool(_CN_ID.search(text))), float(bool(_MASKED.search(text))),
+            *(float(e in found) for e in PII_ENTITIES), float(phone),
+            float(any(iban.is_valid(m) for m in _IBAN.findall(text)))]
 
 
 def chinese_numeral(run: str) -> float | None:

@@ -23,6 +23,7 @@ probabilities over its levels (the served score is the expected level Σ p_i·i)
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -47,7 +48,12 @@ HEAD_TOLERANCE = 2e-3  # served (fp32) vs in-process probabilities of the artefa
 
 # --------------------------------------------------------------------------------------------- features
 
-SIGNALS = {"pii": 4, "grounded": 9, "relevance": 2}  # trailing signal columns per kind (preset_signals)
+SIGNALS = {"pii": 12, "grounded": 9, "relevance": 2}  # trailing signal columns per kind (preset_signals)
+
+
+# Kinds whose features run a library analyser (LAC and the PII recognisers, lingua): milliseconds of CPU per text, so
+# they are computed off the event loop, as the zero-shot family runs its span readers.
+OFF_LOOP = frozenset({"pii", "language"})
 
 
 def signal_count(kind: str) -> int:
@@ -262,7 +268,9 @@ class Presets(ZeroShot):
                 ask.fail(no_answer(failed))
                 continue
             vectors = [np.asarray(j.result.values, dtype=np.float64) for j in jobs if j.result is not None]
-            p = head.probabilities(features(head.kind, texts, vectors))
+            row = (await asyncio.to_thread(features, head.kind, texts, vectors) if head.kind in OFF_LOOP
+                   else features(head.kind, texts, vectors))
+            p = head.probabilities(row)
             if not all(math.isfinite(float(x)) for x in p):
                 ask.fail(ItemError("invalid_model_output", "the preset head gave a non-finite probability"))
                 continue
