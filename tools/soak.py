@@ -1,6 +1,7 @@
 """Memory under a long, varied load (issue 23), served and in-process.
 
     python -m tools.soak serve --minutes 20 [--callers 16] [--out .cache/soak]   # a served stack, every surface
+    python -m tools.soak serve --tune all-minilm-l6-v2=torch/bf16 ...   # one model held to an engine/precision
     python -m tools.soak shapes --engine openvino --precision bf16 --seconds 60 [--unbounded]   # one engine
     python -m tools.soak ab --engine openvino --precision bf16 --seconds 120    # bucketed vs not, interleaved
     python -m tools.soak distinct --engine openvino --precision bf16 --shapes 48   # what a new shape leaves behind
@@ -57,7 +58,19 @@ def text(rng: random.Random, low: int = 3, high: int = 120) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
 
 
-def body(surface: str, rng: random.Random, largest: bool = False) -> tuple[str, dict[str, Any]]:
+@dataclass(frozen=True)
+class Targets:
+    """The model each surface of the load calls."""
+    embedder: str = EMBEDDER  # embeddings and rerank
+    classifier: str = TAGGER
+    decider: str = DECIDER
+
+
+DEFAULT_TARGETS = Targets()
+
+
+def body(surface: str, rng: random.Random, largest: bool = False,
+         targets: Targets = DEFAULT_TARGETS) -> tuple[str, dict[str, Any]]:
     """One request of `surface` with varied lengths and row counts (every call a likely new ragged shape);
     `largest`: the most inputs of the longest texts the load ever sends."""
     def count(low: int, high: int) -> int:
@@ -67,13 +80,13 @@ def body(surface: str, rng: random.Random, largest: bool = False) -> tuple[str, 
         return text(rng, high, high) if largest else text(rng, low, high)
 
     if surface == "embeddings":
-        return "/v1/embeddings", {"model": EMBEDDER, "input": [some() for _ in range(count(1, 16))]}
+        return "/v1/embeddings", {"model": targets.embedder, "input": [some() for _ in range(count(1, 16))]}
     if surface == "classify":
-        return "/v1/classify", {"model": TAGGER, "input": [some() for _ in range(count(1, 4))]}
+        return "/v1/classify", {"model": targets.classifier, "input": [some() for _ in range(count(1, 4))]}
     if surface == "rerank":
-        return "/v1/rerank", {"model": EMBEDDER, "query": some(3, 20),
+        return "/v1/rerank", {"model": targets.embedder, "query": some(3, 20),
                               "documents": [some() for _ in range(count(2, 20))]}
-    return "/v1/decisions", {"model": DECIDER, "state": some(), "questions": {
+    return "/v1/decisions", {"model": targets.decider, "state": some(), "questions": {
         "relevant": {"type": "noul", "instructions": "Does the text ask for a refund?"},
         "kind": {"type": "choice", "instructions": "What is this text about?",
                  "choices": [{"key": "billing"}, {"key": "code"}, {"key": "other"}]}}}
@@ -94,7 +107,8 @@ class Load:
         return out
 
 
-async def load(url: str, surfaces: tuple[str, ...], callers: int, seconds: float, seed: int = 23) -> Load:
+async def load(url: str, surfaces: tuple[str, ...], callers: int, seconds: float, seed: int = 23,
+               targets: Targets = DEFAULT_TARGETS) -> Load:
     """Closed loop: `callers` callers, each sends its next request when the previous one answered, until
     `seconds` have passed (bounded: it stops by itself). Each caller opens with the largest request of every
     surface, so buffers sized by the largest batch seen fill in the warm-up, not as a step in the measured part."""
@@ -111,7 +125,7 @@ async def load(url: str, surfaces: tuple[str, ...], callers: int, seconds: float
             while time.monotonic() < deadline:
                 largest = bool(opening)
                 surface = opening.pop() if opening else rng.choice(surfaces)
-                path, payload = body(surface, rng, largest)
+                path, payload = body(surface, rng, largest, targets)
                 started = time.perf_counter()
                 try:
                     async with session.post(url + path, json=payload) as r:
@@ -208,8 +222,25 @@ def growth(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, dict[str
         t, rss = np.array(points).T
         slope = float(np.polyfit(t / 60.0, rss, 1)[0])
         out[name] = {"after_warmup_mib": float(rss[0]), "end_mib": float(rss[-1]), "max_mib": float(rss.max()),
-                     "mib_per_min": round(slope, 2), "pct_per_10min": round(100 * slope * 10 / float(rss[0]), 2)}
+                     "mib_per_min": round(slope, 2), "pct_per_10min": round(100 * slope * 10 / float(rss[0]), 2),
+                     **envelope(t, rss)}
     return out
+
+
+def envelope(t: np.ndarray, rss: np.ndarray) -> dict[str, float]:
+    """Growth per 10 minutes of the per-minute floor and peak (whole minutes after warm-up only). An engine that
+    allocates a batch's activations and gives them back after each forward (PyTorch with malloc_trim) swings by
+    ±70 MiB between samples, so a least-squares slope over a few minutes of samples measures when the samples fell,
+    not a trend; a leak lifts the floor and the peak alike, a swinging allocator neither."""
+    minute = np.floor((t - t[0]) / 60.0)
+    whole = [m for m in np.unique(minute) if (t[minute == m].max() - t[minute == m].min()) >= 45.0]
+    if len(whole) < 3:
+        return {}
+    floors = np.array([rss[minute == m].min() for m in whole])
+    peaks = np.array([rss[minute == m].max() for m in whole])
+    base = float(rss[0])
+    return {"floor_pct_per_10min": round(100 * float(np.polyfit(whole, floors, 1)[0]) * 10 / base, 2),
+            "peak_pct_per_10min": round(100 * float(np.polyfit(whole, peaks, 1)[0]) * 10 / base, 2)}
 
 
 def rss_at(samples: list[dict[str, Any]], name: str, t: float) -> float:
@@ -297,12 +328,37 @@ class Stack:
 
 
 async def soak(stack: Stack, surfaces: tuple[str, ...], callers: int, seconds: float,
-               sample_s: float) -> tuple[Load, list[dict[str, Any]]]:
+               sample_s: float, targets: Targets = DEFAULT_TARGETS) -> tuple[Load, list[dict[str, Any]]]:
     samples: list[dict[str, Any]] = []
     sampler = asyncio.create_task(sample(stack.proc.pid, sample_s, time.monotonic() + seconds, samples))
-    result = await load(stack.url, surfaces, callers, seconds)
+    result = await load(stack.url, surfaces, callers, seconds, targets=targets)
     await sampler
     return result, samples
+
+
+def forced_repository(models: str, forced: list[str], into: Path) -> Path:
+    """A copy of the served models' directories with each `MODEL=ENGINE/PRECISION` of `forced` tuned to that
+    engine and precision instead of the host's measured choice, so a soak can hold every engine the tuner may
+    choose on some host to the same rule (the checked-out repository keeps its own tuning). The tune still runs
+    the card's checks: a precision the card (or a card riding on it among `models`) does not allow, or one whose
+    answers drift past the card's tolerance on this host, fails here, before any load."""
+    import shutil
+
+    repository = into / "repository"
+    shutil.rmtree(repository, ignore_errors=True)
+    repository.mkdir(parents=True)
+    for name in models.split(","):
+        shutil.copytree(ROOT / "model_repository" / name, repository / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for spec in forced:
+        model, _, choice = spec.partition("=")
+        engine, _, precision = choice.partition("/")
+        if not (model and engine and precision):
+            raise SystemExit(f"--tune {spec!r}: expected MODEL=ENGINE/PRECISION")
+        subprocess.run([str(Path(sys.executable).parent / "sr-gateway"), "models", "tune", "--model-repository",
+                        str(repository), "--model", model, "--engine", engine, "--precision", precision,
+                        "--force"], check=True, cwd=ROOT)
+    return repository
 
 
 def run_serve(args: argparse.Namespace) -> dict[str, Any]:
@@ -312,14 +368,17 @@ def run_serve(args: argparse.Namespace) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     env = {"SR_BACKEND_UNBOUNDED": "1"} if args.unbounded else {}
     seconds, warmup = args.minutes * 60, args.warmup_minutes * 60
-    with Stack(args.models, out / "gateway.log", env) as stack:
+    targets = Targets(args.embedder, args.classifier, DECIDER)
+    repository = forced_repository(args.models, args.tune, out) if args.tune else None
+    with Stack(args.models, out / "gateway.log", env, repository) as stack:
         started = time.time()
         result, samples = asyncio.run(soak(stack, tuple(args.surfaces.split(",")), args.callers, seconds,
-                                           args.sample_s))
+                                           args.sample_s, targets))
     summary = result.summary()
     report = {"machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
               "minutes": args.minutes, "warmup_minutes": args.warmup_minutes, "callers": args.callers,
               "models": args.models, "unbounded": args.unbounded,
+              "forced": args.tune, "targets": vars(targets),
               "requests": sum(s["requests"] for s in summary.values()),
               "errors": sum(s["errors"] for s in summary.values()), "statuses": result.statuses,
               "throughput_rps": round(sum(s["requests"] for s in summary.values()) / seconds, 1),
@@ -468,6 +527,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--surfaces", default=",".join(SURFACES))
     serve.add_argument("--out", default=str(ROOT / ".cache" / "soak"))
     serve.add_argument("--unbounded", action="store_true", help="SR_BACKEND_UNBOUNDED=1: the old settings")
+    serve.add_argument("--embedder", default=EMBEDDER, help="the model embeddings and rerank call")
+    serve.add_argument("--classifier", default=TAGGER, help="the model classify calls")
+    serve.add_argument("--tune", action="append", default=[], metavar="MODEL=ENGINE/PRECISION",
+                       help="serve MODEL on this engine and precision instead of the tuner's choice (repeatable)")
     helps = {"shapes": "RSS under random shapes", "ab": "throughput with vs without buckets",
              "distinct": "the heap a new input shape leaves behind"}
     for name, help_ in helps.items():
