@@ -6,9 +6,14 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .settings import DEFAULT_REPOSITORY, Settings, SettingsError
+
+if TYPE_CHECKING:
+    from .supervisor import TritonProcess
 
 
 def start_settings(args: argparse.Namespace) -> Settings | None:
@@ -46,13 +51,20 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def triton_process(args: argparse.Namespace, on_exit: Callable[[int], None] | None = None) -> TritonProcess:
+    """The supervised tritonserver `sr-gateway triton ARGS` runs (not started)."""
+    from .supervisor import TritonProcess
+
+    return TritonProcess(Path(args.model_repository), grpc_port=args.grpc_port, threads=args.threads,
+                         metrics_port=args.metrics_port, metrics_address=args.metrics_address,
+                         exit_timeout_s=args.exit_timeout_s, on_exit=on_exit)
+
+
 def _triton(args: argparse.Namespace) -> int:
-    """Run only the supervised tritonserver (explicit model control) in the foreground: for a Triton container
-    next to `serve --triton-url`, and for tests that need Triton's own gRPC statistics."""
+    """Run only the supervised tritonserver (explicit model control) in the foreground: the Triton container of the
+    CPU pod (k8s/overlays/cpu) next to `serve --triton-url`, and tests that need Triton's own gRPC statistics."""
     import asyncio
     import signal
-
-    from .supervisor import TritonProcess
 
     async def run() -> int:
         codes: list[int] = []
@@ -62,15 +74,15 @@ def _triton(args: argparse.Namespace) -> int:
             codes.append(code)
             stop.set()
 
-        process = TritonProcess(Path(args.model_repository), grpc_port=int(args.grpc_port),
-                                threads=int(args.threads), metrics_port=int(args.metrics_port), on_exit=exited)
+        process = triton_process(args, on_exit=exited)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await process.start()
         print(f"tritonserver gRPC on {process.url}", file=sys.stderr, flush=True)
         await stop.wait()
-        await process.stop()
+        # tritonserver ends by itself after its exit timeout; the margin keeps the SIGKILL for a hung one
+        await process.stop(timeout=args.exit_timeout_s + 5)
         return codes[0] if codes else 0
 
     return asyncio.run(run())
@@ -128,7 +140,8 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
                         help="serve at this precision (the card must allow it and its check must pass)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every command's flags (a manifest's args are checked against the same parser)."""
     parser = argparse.ArgumentParser(prog="sr-gateway", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="start Triton and the HTTP API")
@@ -136,10 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     serve.set_defaults(run=_serve)
     triton = commands.add_parser("triton", help="run only the supervised tritonserver (for --triton-url)")
     triton.add_argument("--model-repository", default=str(DEFAULT_REPOSITORY))
-    triton.add_argument("--grpc-port", default=os.environ.get("SR_GATEWAY_TRITON_GRPC_PORT", "8001"))
-    triton.add_argument("--threads", default=os.environ.get("SR_GATEWAY_THREADS", "0"))
-    triton.add_argument("--metrics-port", default=os.environ.get("SR_GATEWAY_TRITON_METRICS_PORT", "0"),
+    triton.add_argument("--grpc-port", type=int, default=os.environ.get("SR_GATEWAY_TRITON_GRPC_PORT", "8001"))
+    triton.add_argument("--threads", type=int, default=os.environ.get("SR_GATEWAY_THREADS", "0"))
+    triton.add_argument("--metrics-port", type=int, default=os.environ.get("SR_GATEWAY_TRITON_METRICS_PORT", "0"),
                         help="serve Triton's Prometheus metrics on this port (0 = off)")
+    triton.add_argument("--metrics-address", default=os.environ.get("SR_GATEWAY_TRITON_METRICS_ADDRESS", "127.0.0.1"),
+                        help="address the metrics bind to (a pod's scraper needs 0.0.0.0; gRPC stays on loopback)")
+    triton.add_argument("--exit-timeout-s", type=int,
+                        default=os.environ.get("SR_GATEWAY_TRITON_EXIT_TIMEOUT_S", "30"),
+                        help="on SIGTERM, how long tritonserver lets in-flight inferences finish")
     triton.set_defaults(run=_triton)
     models = commands.add_parser("models", help="model repository tasks")
     model_commands = models.add_subparsers(dest="models_command", required=True)
@@ -165,7 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--force", action="store_true", help="measure again even when the cache matches")
     _engine_flags(tune)
     tune.set_defaults(run=_tune)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return int(args.run(args))
 
 

@@ -165,12 +165,14 @@ def stub_instances(pgid: int) -> dict[str, list[str]]:
 
 class TritonProcess:
     def __init__(self, repository: Path, *, grpc_port: int = 0, threads: int = 0, metrics_port: int = 0,
-                 metrics_address: str = "127.0.0.1", on_exit: Callable[[int], None] | None = None) -> None:
+                 metrics_address: str = "127.0.0.1", exit_timeout_s: int = 30,
+                 on_exit: Callable[[int], None] | None = None) -> None:
         self.repository = repository
         self.grpc_port = grpc_port or free_port()
         self.metrics_port = metrics_port  # 0: Triton's Prometheus endpoint stays off
         self.metrics_address = metrics_address
         self.threads = threads
+        self.exit_timeout_s = exit_timeout_s  # how long tritonserver lets in-flight inferences finish on SIGTERM
         self.on_exit = on_exit
         self.proc: asyncio.subprocess.Process | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -187,17 +189,13 @@ class TritonProcess:
     def pgid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None  # setsid(): the leader's pid is the group id
 
-    async def start(self) -> None:
-        binary = _pytriton_root() / "bin" / "tritonserver"
-        refresh_generated_configs(self.repository)
-        remove_stale_shm()
-        self.cleanup_shm()
-        args = [
-            *_die_with_parent(), str(binary),
+    def arguments(self) -> list[str]:
+        """tritonserver's flags but the backend directory: one list, so a manifest that runs `sr-gateway triton`
+        can be checked for what Triton really gets."""
+        return [
             f"--model-repository={self.repository}",
             # each model's configs/<CONFIG_NAME>.pbtxt (this host's tuned choice) where one was generated
             f"--model-config-name={CONFIG_NAME}",
-            f"--backend-directory={backend_directory()}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
             "--allow-http=false",
@@ -205,10 +203,17 @@ class TritonProcess:
                f"--metrics-port={self.metrics_port}", "--allow-gpu-metrics=false"]
               if self.metrics_port else ["--allow-metrics=false"]),
             "--model-control-mode=explicit",
-            "--strict-readiness=true", "--exit-timeout-secs=30",
+            "--strict-readiness=true", f"--exit-timeout-secs={self.exit_timeout_s}",
             "--log-verbose=0", "--log-info=false",
             "--pinned-memory-pool-byte-size=0",  # CPU-only: no CUDA pinned pool to allocate
         ]
+
+    async def start(self) -> None:
+        binary = _pytriton_root() / "bin" / "tritonserver"
+        refresh_generated_configs(self.repository)
+        remove_stale_shm()
+        self.cleanup_shm()
+        args = [*_die_with_parent(), str(binary), f"--backend-directory={backend_directory()}", *self.arguments()]
         log.info("starting tritonserver on %s", self.url)
         self._stopping = False
         self.exited = asyncio.get_running_loop().create_future()

@@ -101,6 +101,13 @@ def restarts(core: client.CoreV1Api, namespace: str, name: str) -> int:
     return sum(s.restart_count for s in pod(core, namespace, name).status.container_statuses or [])
 
 
+def imported(image: str) -> bool:
+    """The image is in the node's containerd (tools/testenv/node/images.sh put it there; nothing is pulled here)."""
+    done = subprocess.run(["ctr", "--address", os.environ["SR_NODE_CONTAINERD"], "-n", "k8s.io", "images", "ls", "-q"],
+                          capture_output=True, text=True, check=True)
+    return image in done.stdout.split()
+
+
 def cluster_ip(core: client.CoreV1Api, namespace: str, name: str) -> str:
     service: Any = core.read_namespaced_service(name, namespace)
     return str(service.spec.cluster_ip)

@@ -22,16 +22,10 @@ from kubernetes import client
 
 from k8s.render import render
 
-from .conftest import cluster_ip, kubectl, wait_until
+from .conftest import cluster_ip, imported, kubectl, wait_until
 
 IMAGE = "docker.io/library/sr-controlplane:0.1.0"
 NAMESPACE = "sr-gateway"
-
-
-def imported(image: str) -> bool:
-    done = subprocess.run(["ctr", "--address", os.environ["SR_NODE_CONTAINERD"], "-n", "k8s.io", "images", "ls", "-q"],
-                          capture_output=True, text=True, check=True)
-    return image in done.stdout.split()
 
 
 @pytest.fixture(scope="module")

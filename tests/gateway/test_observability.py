@@ -5,7 +5,6 @@ the flags and ConfigMap of the rendered k8s pod, so these tests also show that c
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -15,7 +14,6 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.supervisor import group_members
 from k8s.render import render
 
 from .conftest import BIN, LOGS, MODEL, READY_S, ROOT, free_port, start, stop, wait_for
@@ -26,35 +24,29 @@ METRIC = re.compile(r"\b(?:sr_gateway|nv)_[a-z0-9_]+\b")
 
 
 def pod() -> tuple[list[str], dict[str, str], list[str]]:
-    """The rendered sr-gateway pod (cpu overlay): Triton's args, the gateway's env (its ConfigMap) and args."""
+    """The rendered sr-gateway pod (cpu overlay): the Triton container's args (`sr-gateway triton`), the gateway's env
+    (its ConfigMap) and args."""
     docs = render("cpu")
     deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "sr-gateway")
     containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
     config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "sr-gateway")["data"]
     assert containers["gateway"]["envFrom"] == [{"configMapRef": {"name": "sr-gateway"}}]
+    assert containers["triton"]["command"][-1] == "sr-gateway"
     return containers["triton"]["args"], dict(config), containers["gateway"]["args"]
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[dict[str, Any]]:
-    """The pod as the manifests configure it, run here: Triton (the nvidia-pytriton build, with the Triton
-    container's own flags) and the gateway (its ConfigMap as environment: external Triton, JSON logs). Local
-    differences: loopback and free ports, the repository path, the backend directory, no pinned memory (no GPU)."""
-    from gateway.supervisor import _pytriton_root, backend_directory, child_environment
-
+    """The pod as the manifests configure it, run here: the Triton container's command (`sr-gateway triton` with its
+    flags) and the gateway (its ConfigMap as environment: external Triton, JSON logs). Local differences: loopback
+    and free ports, the repository path."""
     grpc, metrics, port = free_port(), free_port(), free_port()
     triton_args, config, gateway_args = pod()
     local = {"--model-repository": str(ROOT / "model_repository"), "--grpc-port": str(grpc),
-             "--metrics-port": str(metrics)}
+             "--metrics-port": str(metrics), "--metrics-address": "127.0.0.1"}
     args = [f"{a.split('=')[0]}={local[a.split('=')[0]]}" if a.split("=")[0] in local else a for a in triton_args]
-    args = [a.replace("srgw-triton-", f"srgw-obs{grpc}-") for a in args]
-    assert args != triton_args and "--model-control-mode=explicit" in args and "--allow-metrics=true" in args
-    LOGS.mkdir(parents=True, exist_ok=True)
-    triton = subprocess.Popen([str(_pytriton_root() / "bin" / "tritonserver"), *args,
-                               f"--backend-directory={backend_directory()}", "--grpc-address=127.0.0.1",
-                               "--metrics-address=127.0.0.1", "--pinned-memory-pool-byte-size=0"],
-                              env=child_environment(0), stdout=(LOGS / "observability-triton.log").open("w"),
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    assert args[0] == "triton" and {f"--metrics-port={metrics}", f"--grpc-port={grpc}"} <= set(args)
+    triton = start(args, "observability-triton.log")
     env = {**config, "SR_GATEWAY_HOST": "127.0.0.1", "SR_GATEWAY_PORT": str(port), "SR_GATEWAY_MODELS": MODEL,
            "SR_GATEWAY_TRITON_URL": f"127.0.0.1:{grpc}",
            "SR_GATEWAY_MODEL_REPOSITORY": str(ROOT / "model_repository")}
@@ -67,10 +59,7 @@ def stack() -> Iterator[dict[str, Any]]:
                "observability-gateway.log"}
     finally:
         assert stop(gateway) == 0
-        stop(triton)
-        if triton.poll() is None:
-            os.killpg(triton.pid, 9)
-        wait_for(lambda: not group_members(triton.pid), 30, "Triton's process group to be gone")
+        assert stop(triton) == 0
 
 
 def log_lines(path: Path) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ import yaml
 from controlplane import app as controlplane_app
 from controlplane.config import Settings
 from controlplane.telemetry import Telemetry
+from gateway.cli import build_parser, triton_process
 from k8s.render import bind_to, main, render
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -47,6 +48,14 @@ def flags(args: list[str]) -> dict[str, str]:
     return dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
 
 
+def triton_flags(triton: Doc) -> dict[str, str]:
+    """The flags tritonserver gets: the container's args, or where it runs `sr-gateway triton` (the CPU overlay), the
+    ones that command starts it with (the same parser and code that run in the pod)."""
+    if triton.get("command", [])[-1:] == ["sr-gateway"]:
+        return flags(triton_process(build_parser().parse_args(triton["args"])).arguments())
+    return flags(triton["args"])
+
+
 def images(node: Any) -> list[str]:
     if isinstance(node, dict):
         return [v for k, v in node.items() if k == "image" and isinstance(v, str)] + [
@@ -63,7 +72,7 @@ def images(node: Any) -> list[str]:
 def test_tritons_grpc_listens_on_loopback_only_and_is_no_pod_or_service_port(target: str) -> None:
     docs = render(target)
     triton = container(docs, "sr-gateway", "triton")
-    args = flags(triton["args"])
+    args = triton_flags(triton)
     assert args["--grpc-address"] == "127.0.0.1"
     assert args["--allow-http"] == "false" or args.get("--http-address") == "127.0.0.1"
     assert args["--model-control-mode"] == "explicit"  # why it matters: explicit control loads models on request
@@ -84,12 +93,26 @@ def test_tritons_grpc_listens_on_loopback_only_and_is_no_pod_or_service_port(tar
 def test_tritons_metrics_stay_on_their_own_scraped_port(target: str) -> None:
     docs = render(target)
     triton = container(docs, "sr-gateway", "triton")
-    args = flags(triton["args"])
+    args = triton_flags(triton)
     assert args["--allow-metrics"] == "true" and args["--metrics-port"] != args["--grpc-port"]
     ports = {p["name"]: p["containerPort"] for p in triton["ports"]}
     assert ports["triton-metrics"] == int(args["--metrics-port"])
     monitor = find(docs, "ServiceMonitor", "sr-gateway")
     assert "triton-metrics" in {e["port"] for e in monitor["spec"]["endpoints"]}
+
+
+def test_the_cpu_pods_triton_runs_the_gateway_image_with_the_bases_triton_settings() -> None:
+    # no image built on NVIDIA's registry on CPU nodes; what Triton is told is what the base tells sr-triton
+    cpu, base = render("cpu"), render("base")
+    triton, gateway = container(cpu, "sr-gateway", "triton"), container(cpu, "sr-gateway", "gateway")
+    assert triton["image"] == gateway["image"] == "sr-gateway:0.1.0" and triton["args"][0] == "triton"
+    assert "sr-triton" not in " ".join(images(cpu))
+    got, want = triton_flags(triton), flags(container(base, "sr-gateway", "triton")["args"])
+    own = {"--backend-config"}  # the shm prefix is per process (`sr-gateway triton` cleans up a dead one's)
+    assert {k: got.get(k) for k in want if k not in own} == {k: v for k, v in want.items() if k not in own}
+    assert got["--backend-config"].startswith("python,shm-region-prefix-name=srgw-")
+    # the Service's scrape port reaches it: metrics on every address, gRPC still on loopback only
+    assert got["--metrics-address"] == "0.0.0.0" and got["--grpc-address"] == "127.0.0.1"
 
 
 # -- NetworkPolicy ---------------------------------------------------------------------------------------------------
@@ -441,7 +464,7 @@ def test_triton_outlives_the_gateways_drain_inside_the_grace_period(target: str)
     drain = float(find(docs, "ConfigMap", "sr-gateway")["data"]["SR_GATEWAY_SHUTDOWN_S"])
     gateway_done = sleep_seconds(gateway) + drain
     assert sleep_seconds(triton) > gateway_done  # Triton gets SIGTERM only after the gateway has drained
-    triton_done = sleep_seconds(triton) + int(flags(triton["args"])["--exit-timeout-secs"])
+    triton_done = sleep_seconds(triton) + int(triton_flags(triton)["--exit-timeout-secs"])
     assert spec["terminationGracePeriodSeconds"] >= triton_done
 
 

@@ -5,6 +5,9 @@
 #   gateway, controlplane, triton
 #                     the project's images from docker/build_local.sh (built when the inputs' git tree hash changed)
 # Why buildah -> docker-archive -> `ctr images import`: no registry runs here; the pods use imagePullPolicy: Never.
+# The gateway's strict model build needs the torch build the cards were made with (docker/build_local.sh's header):
+# where EXTRA_WHEELS is unset, that wheel (its version from docker/requirements/gateway-build.txt) is looked for in
+# $PIP_FIND_LINKS, ~/.cache/sr-gateway/wheels and /opt/wheels, and passed on.
 # --build: only build (no node needed), e.g. ahead of a run. The key of each import (a hash of its content) is kept in $STORE/imported/, so a second run imports nothing.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -55,6 +58,16 @@ local_image() {  # local_image NAME BINARY ENTRYPOINT...: FROM scratch + one sta
   import "$image" "$key"
 }
 
+torch_wheel() {  # the locked torch+cpu wheel for the gateway's build, where this machine has it
+  local version dir found
+  version=$(sed -n 's/^torch==\([^ ]*\) .*/\1/p' "$REPO/docker/requirements/gateway-build.txt")
+  for dir in ${PIP_FIND_LINKS:-} "$HOME/.cache/sr-gateway/wheels" /opt/wheels; do
+    [ -d "$dir" ] || continue
+    found=$(find "$dir" -maxdepth 2 -name "torch-$version-cp311-*.whl" -print -quit)
+    [ -z "$found" ] || { echo "$found"; return 0; }
+  done
+}
+
 project_image() {  # project_image TARGET: docker/build_local.sh's image, rebuilt when its inputs' tree hash changed
   local target=$1 image="localhost/sr-$1:$TAG" key
   # the git objects of what the Dockerfile copies from the build context (build_local.sh builds from HEAD) and of
@@ -67,7 +80,9 @@ project_image() {  # project_image TARGET: docker/build_local.sh's image, rebuil
   mkdir -p "$STORE/built"
   id=$("${B[@]}" inspect --type image --format '{{.FromImageID}}' "$image" 2>/dev/null || true)
   if [ -z "$id" ] || [ "$(cat "$built" 2>/dev/null)" != "$key $id" ]; then
-    ( cd "$REPO" && WORK="$WORK/build" bash docker/build_local.sh "$target" ) >&2  # its temp files go with ours
+    local wheels=${EXTRA_WHEELS:-}
+    [ -n "$wheels" ] || [ "$target" != gateway ] || wheels=$(torch_wheel)
+    ( cd "$REPO" && WORK="$WORK/build" EXTRA_WHEELS="$wheels" bash docker/build_local.sh "$target" ) >&2  # its temp files go with ours
     local old=$id
     id=$("${B[@]}" inspect --type image --format '{{.FromImageID}}' "$image")
     # the image the tag moved from is nobody's now: give its GBs back

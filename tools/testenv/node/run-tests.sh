@@ -15,9 +15,10 @@ RUN=$(bash "$HERE/up.sh") || exit 1
 echo "== node up in $((SECONDS - start)) s: $RUN"
 # shellcheck disable=SC1091
 source "$RUN/env.sh"
-# the project's control-plane image (built by docker/build_local.sh when its inputs changed, else only imported)
+# the project's images (built by docker/build_local.sh when their inputs changed, else only imported): the control
+# plane's, and the gateway's (its Deployment's three containers on CPU nodes)
 start=$SECONDS
-"$HERE/images.sh" "$RUN" controlplane || exit 1
+"$HERE/images.sh" "$RUN" controlplane gateway || exit 1
 echo "== images in $((SECONDS - start)) s"
 export SR_NODE_REQUIRE=1
 rc=0
