@@ -205,12 +205,17 @@ def test_the_gateway_pod_is_ready_only_after_its_golden_answers_pass_and_its_ser
     assert max(abs(a - b) for a, b in zip(from_pod, vector, strict=True)) < 1e-3
 
 
-def test_a_tritonserver_killed_inside_the_pod_is_healed_and_the_service_answers_again(
-        core: client.CoreV1Api, deployed: list[dict[str, Any]]) -> None:
+def ready_gateway(core: client.CoreV1Api) -> tuple[str, str, dict[str, int]]:
+    """The Ready gateway pod's name, its Service's URL and each container's restart count so far."""
     found = wait_until("the gateway pod Ready", lambda: (p := gateway_pods(core)) and pod_ready(p[0]) and p[0],
                        timeout_s=600)
-    name, service = found.metadata.name, f"http://{cluster_ip(core, NAMESPACE, 'sr-gateway')}"
-    before = {c: restarts_of(found, c) for c in ("triton", "gateway")}
+    service = f"http://{cluster_ip(core, NAMESPACE, 'sr-gateway')}"
+    return found.metadata.name, service, {c: restarts_of(found, c) for c in ("triton", "gateway")}
+
+
+def test_a_tritonserver_killed_inside_the_pod_is_healed_and_the_service_answers_again(
+        core: client.CoreV1Api, deployed: list[dict[str, Any]]) -> None:
+    name, service, before = ready_gateway(core)
     regions = shm_regions(name)
     assert regions, "the Python backend's shared memory is in the pod's /dev/shm"
     (triton,) = pids(name, "triton", "tritonserver")
@@ -232,10 +237,7 @@ def test_a_tritonserver_killed_inside_the_pod_is_healed_and_the_service_answers_
 
 def test_a_gateway_stuck_in_a_stopped_state_is_restarted_by_its_liveness_probe(
         core: client.CoreV1Api, deployed: list[dict[str, Any]]) -> None:
-    found = wait_until("the gateway pod Ready", lambda: (p := gateway_pods(core)) and pod_ready(p[0]) and p[0],
-                       timeout_s=600)
-    name, service = found.metadata.name, f"http://{cluster_ip(core, NAMESPACE, 'sr-gateway')}"
-    before = {c: restarts_of(found, c) for c in ("triton", "gateway")}
+    name, service, before = ready_gateway(core)
     # the gateway process (dumb-init is PID 1 and stays): stopped, not killed, so only the probes can tell
     (gateway,) = pids(name, "gateway", "sr-gateway")
     done = kubectl("-n", NAMESPACE, "exec", name, "-c", "gateway", "--", "sh", "-c", f"kill -STOP {gateway}")
