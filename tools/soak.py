@@ -243,12 +243,6 @@ def envelope(t: np.ndarray, rss: np.ndarray) -> dict[str, float]:
             "peak_pct_per_10min": round(100 * float(np.polyfit(whole, peaks, 1)[0]) * 10 / base, 2)}
 
 
-def rss_at(samples: list[dict[str, Any]], name: str, t: float) -> float:
-    """The sample of `name` nearest to `t` seconds (MiB)."""
-    row = min((r for r in samples if name in r), key=lambda r: abs(r["t"] - t))
-    return float(row[name])
-
-
 def plot(samples: list[dict[str, Any]], warmup_s: float, path: Path, title: str) -> None:
     import matplotlib
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tools.soak import ANON, MODELS, SURFACES, Stack, growth, rss_at, soak
+from tools.soak import ANON, MODELS, SURFACES, Stack, growth, soak
 
 from .conftest import LOGS
 
@@ -28,6 +28,11 @@ WARMUP_S = 60.0  # the first minute fills what every process allocates once (wei
 LOAD_S = 150.0  # with the stack's start, the whole test stays under four minutes
 MOST_GROWTH = 0.05  # after warm-up, anonymous RSS may grow by 5 % (below: "kept growing"),
 LEAST_MIB = 8.0  # or 8 MiB where that is more: tritonserver's heap is ≈ 11 MiB, and 5 % of it (0.6 MiB) is noise
+WINDOW_S = 30.0  # the half minute right after warm-up, and the last half minute
+
+
+def window(samples: list[dict[str, float]], name: str, start: float, end: float) -> list[float]:
+    return [row[name] for row in samples if name in row and start <= row["t"] <= end]
 
 
 def test_no_served_process_keeps_growing_after_warm_up_under_a_varied_mixed_load() -> None:
@@ -52,14 +57,22 @@ def test_no_served_process_keeps_growing_after_warm_up_under_a_varied_mixed_load
     # engine's buffers up mid-soak (before that: a MiniLM instance +42 MiB between 70 and 80 s, pii-rampart +30 and
     # +15 MiB, which made this test pass 2 runs in 3 with a laxer rule); the old settings grow +45 MiB per 45 s.
     assert all(ANON + n in samples[-1] for n in names), samples[-1]
-    middle = (WARMUP_S + LOAD_S) / 2
+    # Held memory, not one sample: an engine that gives each run's activations back (ONNX Runtime shrinks its
+    # arena after every run, PyTorch trims the heap) swings between samples. A fresh-clone CI run whose tuner chose
+    # ONNX Runtime for pii-rampart failed the earlier point rule (167.8 MiB at 60 s, 188.5 at 150 s) while that
+    # instance swung between 157 and 210 MiB within half a minute. So a process "kept growing" when the least it
+    # held in the last half minute is more than the most it held in the half minute after warm-up (plus the
+    # allowance): memory that is never given back rose. A per-shape cache or a leak lifts the floor past the earlier
+    # peak (the old settings: +70 to +105 MiB per 45 s on every MiniLM instance); a swing does not.
     kept_growing = {}
     for n in names:
-        a, b, c = (rss_at(samples, ANON + n, t) for t in (WARMUP_S, middle, LOAD_S))
-        if c > a + max(a * MOST_GROWTH, LEAST_MIB):
-            kept_growing[n] = f"{a:.1f} → {b:.1f} → {c:.1f} MiB"
-    assert not kept_growing, (f"anonymous RSS at {WARMUP_S:.0f}, {middle:.0f} and {LOAD_S:.0f} s: {kept_growing}; "
-                              f"{growth(samples, WARMUP_S)}")
+        then = window(samples, ANON + n, WARMUP_S, WARMUP_S + WINDOW_S)
+        now = window(samples, ANON + n, LOAD_S - WINDOW_S, LOAD_S)
+        assert then and now, (n, then, now)
+        if min(now) > max(then) + max(max(then) * MOST_GROWTH, LEAST_MIB):
+            kept_growing[n] = (f"held {min(then):.1f}–{max(then):.1f} MiB after warm-up, "
+                               f"{min(now):.1f}–{max(now):.1f} at the end")
+    assert not kept_growing, (f"anonymous RSS: {kept_growing}; {growth(samples, WARMUP_S)}")
     # the same memory on the gateway's /metrics, one series per model instance, as the sampler saw it
     gauges = {s.labels["instance"]: s.value for family in text_string_to_metric_families(exposition)
               if family.name == "sr_gateway_model_instance_resident_bytes" for s in family.samples}
