@@ -107,7 +107,22 @@ for target in "${TARGETS[@]}"; do
     [ "${entrypoint[0]}" = dumb-init ] || { echo "gateway ENTRYPOINT does not start with dumb-init" >&2; exit 1; }
   fi
   ctr=$("${B[@]}" from "$image")
-  trap '"${B[@]}" rm "$ctr" >/dev/null 2>&1 || true; [ -z "$INDEX_PID" ] || kill "$INDEX_PID" 2>/dev/null || true' EXIT
+  root=$("${B[@]}" mount "$ctr")
+  # chroot isolation runs the image's processes as this host's processes, and `buildah run` does not pass SIGTERM
+  # on to them: a smoke check's gateway (dumb-init's child) was found still serving hours later (2026-12-02). So the
+  # processes whose root is this container's file system are stopped by that root — never by user id: a test node's
+  # pods run as 10001 too.
+  stop_rooted() {
+    local sig pid
+    for sig in TERM KILL; do
+      for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+        [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$root" ] && kill -"$sig" "$pid" 2>/dev/null
+      done
+      [ "$sig" = KILL ] || sleep 5
+    done
+    return 0
+  }
+  trap 'stop_rooted; "${B[@]}" rm "$ctr" >/dev/null 2>&1 || true; [ -z "$INDEX_PID" ] || kill "$INDEX_PID" 2>/dev/null || true' EXIT
   "${B[@]}" run --isolation chroot --user "$user" "$ctr" -- "$cli" --help | head -5
   "${B[@]}" run --isolation chroot --user "$user" "$ctr" -- id -u | grep -qx 10001
   # the server itself, as the image's user, on 127.0.0.1 (chroot isolation shares this host's network)
@@ -128,6 +143,7 @@ for target in "${TARGETS[@]}"; do
     sleep 1
   done
   kill -TERM "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
+  stop_rooted
   [ -n "$answer" ] || { tail -20 "$WORK/$target-serve.log" >&2; echo "no answer on $probe" >&2; exit 1; }
   echo "GET $probe: $answer"
   "${B[@]}" rm "$ctr" >/dev/null
