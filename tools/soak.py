@@ -338,6 +338,8 @@ def forced_repository(models: str, forced: list[str], into: Path) -> Path:
     answers drift past the card's tolerance on this host, fails here, before any load."""
     import shutil
 
+    from sr_build.tune import tune_repository
+
     repository = into / "repository"
     shutil.rmtree(repository, ignore_errors=True)
     repository.mkdir(parents=True)
@@ -349,9 +351,7 @@ def forced_repository(models: str, forced: list[str], into: Path) -> Path:
         engine, _, precision = choice.partition("/")
         if not (model and engine and precision):
             raise SystemExit(f"--tune {spec!r}: expected MODEL=ENGINE/PRECISION")
-        subprocess.run([str(Path(sys.executable).parent / "sr-gateway"), "models", "tune", "--model-repository",
-                        str(repository), "--model", model, "--engine", engine, "--precision", precision,
-                        "--force"], check=True, cwd=ROOT)
+        tune_repository(repository, only=[model], engine=engine, precision=precision, force=True)
     return repository
 
 
