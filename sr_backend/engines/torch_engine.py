@@ -6,28 +6,15 @@ Loading the program needs no model code, so a model directory stays data."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import EngineError
+from .heap import malloc_trim
 from .host import detect
-from .shapes import bounded, per_token_output
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim (None elsewhere, or unbounded()): gives the heap's free pages back to the OS."""
-    if not bounded():
-        return None
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None  # type: ignore[no-any-return]
-    except (OSError, AttributeError):
-        return None
+from .shapes import per_token_output
 
 
 def program_path(onnx: Path) -> Path:
@@ -55,7 +42,7 @@ class TorchEngine:
         self.order = inputs  # the program's positional inputs, by name
         self.inputs = frozenset(inputs)
         self.per_token = per_token
-        self.trim = _malloc_trim()
+        self.trim = malloc_trim()
 
     @classmethod
     def from_file(cls, onnx: Path, precision: str, threads: int) -> TorchEngine:
