@@ -53,7 +53,8 @@ HERE = Path(__file__).resolve().parent / "decisions_eval"
 ROOT = HERE.parents[1]
 ITEMS = HERE / "items.jsonl"
 ITEMS_V2 = HERE / "items_heldout2.jsonl"  # ad-hoc held-out v2: only `heldout2` items, never read by the fit
-ITEM_FILES = (HERE / "items.jsonl", HERE / "items_zh.jsonl", HERE / "spans_zh.jsonl", ITEMS_V2)
+SPANS_V4 = HERE / "spans_zh_v4.jsonl"  # Chinese span held-out v4: only `heldout4` items, written after v1's were seen
+ITEM_FILES = (HERE / "items.jsonl", HERE / "items_zh.jsonl", HERE / "spans_zh.jsonl", ITEMS_V2, SPANS_V4)
 PRESETS = HERE / "presets"
 RUNS = HERE / "RUNS.md"
 MULTILINGUAL = "decision-multilingual"
@@ -61,8 +62,8 @@ DEFAULT_MODEL = "decision-zeroshot"
 BATCH = 16
 QUESTION_ID = "q"
 TYPES = ("choice", "noul", "score", "set", "span")
-SPLITS = ("fit", "heldout", "heldout2", "heldout3")  # v2 written after `heldout` was seen; v3 (pii, relevance,
-#   grounded presets) after v2 was
+SPLITS = ("fit", "heldout", "heldout2", "heldout3", "heldout4")  # v2 written after `heldout` was seen; v3 (pii,
+#   relevance, grounded presets) after v2 was; v4 (Chinese spans, per label) after v3 was
 SETS = ("all", "adhoc", "presets")  # which sets a `--all` run scores
 REQUIRED = {"id", "split", "state", "question", "expected"}
 OPTIONAL = {"lang", "question_id", "source", "why", "hard"}
@@ -436,11 +437,13 @@ def evaluate(responses: Mapping[str, Entry], items: Sequence[Item], fit_items: S
             right = [any(span_exact(f, e, source) for e in expected) for f in found]
             report.add("item exact", "model", got is not None and all(hits) and all(right))
             report.add("item exact", "empty set", not expected)
-            for hit in hits:
+            for hit, want in zip(hits, expected, strict=True):
                 report.add("recall", "model", hit)
                 report.add("recall", "empty set", False)
-            for ok in right:
+                report.add(f"recall {want['label']}", "model", hit)
+            for ok, span in zip(right, found, strict=True):
                 report.add("precision", "model", ok)
+                report.add(f"precision {span.get('label')}", "model", ok)
     return Report(types, BASELINES)
 
 
@@ -467,7 +470,7 @@ def markdown(report: Report, title: str = "") -> str:
         for metric, systems in t.metrics.items():
             base = [f"{_cell(systems.get(name))} ({name})" for name in report.baselines[kind]] + [""]
             n = f"{systems['model'].total}" + {"per-label accuracy": " labels", "recall": " spans",
-                                                "precision": " spans found"}.get(metric, "")
+                                                "precision": " spans found"}.get(metric.split()[0], "")
             lines.append(f"| {kind} | {metric} | {n} | {_cell(systems.get('model'), True)} | {base[0]} | {base[1]} | "
                          f"{t.errors} |")
     return "\n".join(lines) + "\n"
@@ -503,6 +506,26 @@ def side_by_side(rows: Sequence[Row], families: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def span_labels(rows: Sequence[Row], families: Sequence[str]) -> str:
+    """Spans per label: recall (expected spans found exactly) and exact-match precision (found spans that are
+    expected, text and offsets), each family side by side; the issue's goals are stated per label."""
+    head = ["set", "lang", "label", *(f"{f} recall" for f in families), *(f"{f} precision" for f in families)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        if row.kind != "span" or not row.reports:
+            continue
+        metrics = {m for r in row.reports.values() for m in r.types["span"].metrics}
+        for label in sorted({m.split(" ", 1)[1] for m in metrics if m.startswith(("recall ", "precision "))}):
+            cells = []
+            for metric in ("recall", "precision"):
+                for f in families:
+                    tally = row.reports[f].types["span"].metrics.get(f"{metric} {label}", {}).get("model") \
+                        if f in row.reports else None
+                    cells.append(f"{_cell(tally, True)} (n {tally.total})" if tally else "—")
+            lines.append(f"| {row.dataset} | {row.lang} | {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
 def _langs(items: Sequence[Item]) -> list[str]:
     seen = Counter(str(i.get("lang", "en")) for i in items)
     return [*sorted(seen), "all"] if len(seen) > 1 else ["all"]
@@ -536,7 +559,9 @@ def run_all(url: str, split: str, sets: str = "all") -> tuple[str, list[Row]]:
             kind = question_type(group[0]) if group else "noul"
             reports = {n: evaluate(reports_by[n], group, fit_items=lines) for n in reports_by}
             rows.append(Row(f"preset {preset}", kind, lang, reports))
-    return side_by_side(rows, families), rows
+    per_label = span_labels(rows, families)
+    return side_by_side(rows, families) + (f"\nSpans per label (exact text and offsets):\n\n{per_label}"
+                                           if per_label else ""), rows
 
 
 # ---------------------------------------------------------------- serving and the record of runs

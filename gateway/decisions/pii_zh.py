@@ -9,8 +9,11 @@ So span questions also run the field's libraries over the part read, and their s
   DNS, and no `tldextract`, which would fetch the public-suffix list);
 - phone: presidio's `PhoneRecognizer`, i.e. `phonenumbers`' matcher for region CN at leniency VALID (mobile and
   landline numbers valid in the national numbering plan, and any region's number written in E.164 `+…` form);
-- resident identity number (身份证号): an 18-character candidate validated by `stdnum.cn.ric` (birth date, check
-  digit), a presidio `PatternRecognizer` with that validation;
+- resident identity number (身份证号): an 18-character candidate with `stdnum.cn.ric`'s check digit, a real birth
+  date and an area code stdnum's table knows, a presidio `PatternRecognizer` with that validation. Not
+  `ric.is_valid`: it also wants the county to have existed in the birth year, but a number is issued where its
+  holder was first registered, so 44030519790903108X (Nanshan, a county since 1990, for someone born in 1979) is
+  real and is_valid refuses it;
 - bank card: 16–19 digits (optionally in groups of four) validated by `stdnum.luhn`, unless they are a valid
   resident identity number; presidio's own `CreditCardRecognizer` pattern stops at 17 digits and misses UnionPay's
   19-digit debit cards;
@@ -69,6 +72,22 @@ class Found:
     probability: float
 
 
+def resident_id(text: str) -> bool:
+    """A resident identity number: 18 characters, its check digit, a real birth date, a known area code (any year)."""
+    from stdnum import numdb
+    from stdnum.cn import ric
+    from stdnum.exceptions import ValidationError
+
+    number = ric.compact(text)
+    if len(number) != 18 or not number[:17].isdigit() or number[17] != ric.calc_check_digit(number):
+        return False
+    try:
+        ric.get_birth_date(number)
+    except ValidationError:
+        return False
+    return any(props for _, props in numdb.get("cn/loc").info(number[:6])[1:])
+
+
 def has_han(text: str) -> bool:
     """Whether the text holds a CJK ideograph (the English tagger reads those as unknown tokens)."""
     return any("CJK" in unicodedata.name(c, "") for c in text if ord(c) > 0x2E7F)
@@ -107,7 +126,6 @@ class _Recognisers:
             from presidio_analyzer import Pattern, PatternRecognizer
             from presidio_analyzer.predefined_recognizers import EmailRecognizer, PhoneRecognizer
         from stdnum import luhn
-        from stdnum.cn import ric
 
         ascii_flags = regex.DOTALL | regex.MULTILINE | regex.IGNORECASE | regex.ASCII
 
@@ -121,12 +139,12 @@ class _Recognisers:
 
         class ResidentId(PatternRecognizer):  # type: ignore[misc]
             def validate_result(self, pattern_text: str) -> bool:
-                return bool(ric.is_valid(pattern_text))
+                return resident_id(pattern_text)
 
         class BankCard(PatternRecognizer):  # type: ignore[misc]
             def validate_result(self, pattern_text: str) -> bool:
                 digits = "".join(c for c in pattern_text if c.isdigit())
-                return 16 <= len(digits) <= 19 and bool(luhn.is_valid(digits)) and not ric.is_valid(digits)
+                return 16 <= len(digits) <= 19 and bool(luhn.is_valid(digits)) and not resident_id(digits)
 
         id_shape = Pattern("18 characters", r"(?<![0-9A-Za-z])\d{17}[0-9Xx](?![0-9A-Za-z])", 0.3)
         email = Email(supported_language="zh")

@@ -190,6 +190,29 @@ def test_a_span_counts_only_with_its_exact_text_and_offsets_and_extra_spans_cost
     assert report.value("span", "recall", "empty set") == 0.0
 
 
+def test_span_recall_and_precision_are_also_counted_per_label_and_tabled_per_family() -> None:
+    text = "联系王建国：13812345678，或 wang@example.cn"
+    phone, mail = text.index("13812345678"), text.index("wang@example.cn")
+    item = {"id": "z", "split": "heldout4", "lang": "zh", "state": text,
+            "expected": [{"label": "PERSON", "text": "王建国", "start": 2, "end": 5},
+                         {"label": "PHONE_NUMBER", "text": "13812345678", "start": phone, "end": phone + 11},
+                         {"label": "EMAIL_ADDRESS", "text": "wang@example.cn", "start": mail, "end": mail + 15}],
+            "question": {"type": "span", "instructions": "?", "labels": [
+                {"key": "PERSON"}, {"key": "PHONE_NUMBER"}, {"key": "EMAIL_ADDRESS"}]}}
+    found = [{"label": "PERSON", "start": 2, "end": 5, "text": "王建国"},
+             {"label": "PHONE_NUMBER", "start": phone, "end": phone + 11, "text": "13812345678"},
+             {"label": "PERSON", "start": 0, "end": 2, "text": "联系"}]  # no e-mail found, one extra name
+    report = ev.evaluate({"z": _entry({"q": {"type": "noul", "noul": 0.9}}, spans={"q": found})}, [item])
+    assert report.value("span", "recall PERSON") == 1.0 and report.value("span", "precision PERSON") == 0.5
+    assert report.value("span", "recall PHONE_NUMBER") == 1.0 and report.value("span", "precision PHONE_NUMBER") == 1.0
+    assert report.value("span", "recall EMAIL_ADDRESS") == 0.0
+    assert "precision EMAIL_ADDRESS" not in report.types["span"].metrics  # nothing found: no precision to count
+    table = ev.span_labels([ev.Row("ad-hoc items", "span", "zh", {"A": report})], ["A", "B"])
+    person = next(line for line in table.splitlines() if "| PERSON |" in line)
+    assert "1.00 [" in person and "(n 1)" in person and "0.50 [" in person and "(n 2)" in person and "—" in person
+    assert ev.span_labels([ev.Row("ad-hoc items", "noul", "zh", {"A": report})], ["A"]) == ""
+
+
 def test_address_pieces_are_not_joined_into_the_expected_address() -> None:
     text = "Ship to 1180 Maple Avenue, Springfield, IL 62704 today."
     item = {"id": "a", "split": "heldout", "state": text, "expected": [

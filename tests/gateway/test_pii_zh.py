@@ -52,6 +52,15 @@ def test_a_resident_id_with_a_valid_check_digit_is_found_and_one_with_a_bad_chec
     assert "CN_RESIDENT_ID" not in found(f"身份证号：{BAD_ID}。")
 
 
+def test_a_resident_id_issued_where_a_newer_county_is_found_and_an_unknown_area_or_date_is_not() -> None:
+    later = "44030519790903108X"  # Nanshan (a county since 1990) for someone born in 1979: real, refused by is_valid
+    assert not ric.is_valid(later) and ric.calc_check_digit(later) == "X"
+    assert found(f"身份证号{later}，请核对。")["CN_RESIDENT_ID"] == [later]
+    nowhere, month13 = "999999197909031088", "440305197913031082"  # right check digits, no such area / month
+    assert all(ric.calc_check_digit(n) == n[-1] for n in (nowhere, month13))
+    assert "CN_RESIDENT_ID" not in found(f"证件号 {nowhere}，编号 {month13}。")
+
+
 def test_a_luhn_valid_bank_card_is_found_in_groups_of_four_and_a_bad_one_is_not() -> None:
     grouped = " ".join(CARD[i:i + 4] for i in range(0, len(CARD), 4))
     assert found(f"工资卡卡号{grouped}，开户行招商银行。")["BANK_CARD"] == [grouped]
