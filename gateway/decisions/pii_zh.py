@@ -206,7 +206,7 @@ class _Recognisers:
         while i < len(words):
             start, end, tag = words[i]
             if tag == "PER" and has_han(text[start:end]):
-                out.append(Found("PERSON", start, end, LEXICAL))
+                out.append(Found("PERSON", *_trimmed(text, start, end), LEXICAL))
             if tag != "LOC":
                 i += 1
                 continue
@@ -227,9 +227,18 @@ class _Recognisers:
             if unit is not None:
                 end = unit.end()
             if has_han(text[start:end]) and (places >= 2 or _UNIT.search(text, start, end) is not None):
-                out.append(Found("ADDRESS", start, end, LEXICAL))
+                out.append(Found("ADDRESS", *_trimmed(text, start, end), LEXICAL))
             i = j
         return out
+
+
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """A word's offsets without the white space LAC keeps on it (a name at a line start came back as " 田雨泽")."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
 
 
 def load() -> _Recognisers:

@@ -76,6 +76,11 @@ def test_a_chinese_name_is_a_person_and_a_full_address_is_one_address_span() -> 
     assert got["PHONE_NUMBER"] == ["13912345678"]
 
 
+def test_a_name_before_a_line_break_is_found_without_the_line_break() -> None:
+    names = found("监护人：许嘉禾\n联系电话见下")["PERSON"]  # LAC's word was "许嘉禾\n"
+    assert names == ["许嘉禾"], names
+
+
 def test_a_lone_city_name_is_not_an_address() -> None:
     assert "ADDRESS" not in found("我在北京工作，周末常去天津。")
 
