@@ -7,7 +7,9 @@ baseline batches concurrent callers the way Triton's dynamic batcher does (every
 rows, in one run), with no HTTP, JSON or gRPC: it is the ceiling. Load is closed-loop: C callers, one text per
 request. Results go to docs/benchmarks.md between markers.
 
-    .venv/bin/python -m tools.bench_embeddings [--requests 600] [--write]
+    .venv/bin/python -m tools.bench_embeddings [--model M] [--tokens 16,128] [--requests 600] [--write]
+
+Another model than MiniLM (e.g. multilingual-e5-small) writes its own section, `bench_embeddings <model>`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from tools.benchlib import (
 from tools.docs import replace_section
 
 MODEL = "all-minilm-l6-v2"
-VERSION_DIR = ROOT / "model_repository" / MODEL / "1"
 WORDS = """router model request answer token batch latency queue server client vector cosine search index password
 account settings security billing invoice shipping parcel delivery weather travel music guitar market stock price
 report summary question support policy refund window office""".split()  # noqa: SIM905 (readable as prose)
@@ -65,13 +66,17 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=600, help="requests per cell")
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--model", default=MODEL, help="a served embedding model of the repository")
+    parser.add_argument("--tokens", default="16,128", help="text lengths in tokens, one set each")
     parser.add_argument("--gateway-args", default="", help="extra `sr-gateway serve` flags, e.g. '--threads 2'")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
-    tokenizer = load_tokenizer(str(VERSION_DIR / "tokenizer.json"))
-    sets = {"short (16 tok)": make_texts(tokenizer, 16, 4096, 1),
-            "medium (128 tok)": make_texts(tokenizer, 128, 4096, 2)}
-    baseline = served_baseline(MODEL)
+    model = args.model
+    tokenizer = load_tokenizer(str(ROOT / "model_repository" / model / "1" / "tokenizer.json"))
+    names = {16: "short", 128: "medium", 512: "long"}
+    sets = {f"{names.get(n, 'text')} ({n} tok)": make_texts(tokenizer, n, 4096, seed)
+            for seed, n in enumerate((int(t) for t in args.tokens.split(",")), start=1)}
+    baseline = served_baseline(model)
     print(f"in-process baseline: {baseline.describe()}", flush=True)
     runner = RaggedRunner(baseline.engine, max_batch_tokens=8192)
     rows: list[dict[str, Any]] = []
@@ -87,24 +92,25 @@ def main() -> None:
             print(rows[-1], flush=True)
     del runner
     grpc_port = free_port()
-    with gateway(["--triton-grpc-port", str(grpc_port), "--models", MODEL, *args.gateway_args.split()]) as (url, pid):
+    with gateway(["--triton-grpc-port", str(grpc_port), "--models", model, *args.gateway_args.split()]) as (url, pid):
         triton = f"127.0.0.1:{grpc_port}"
         for name, texts in sets.items():
             def body(i: int, texts: list[str] = texts) -> dict[str, Any]:
-                return {"model": MODEL, "input": texts[i % len(texts)]}
+                return {"model": model, "input": texts[i % len(texts)]}
 
             def ids(i: int, texts: list[str] = texts) -> np.ndarray:
                 return np.asarray(tokenizer.encode(texts[i % len(texts)]).ids, dtype=np.int64)
 
-            rows += gateway_cells(url, pid, triton, MODEL, "/v1/embeddings", body, name, levels, args.requests)
+            rows += gateway_cells(url, pid, triton, model, "/v1/embeddings", body, name, levels, args.requests)
             for c in levels:
-                r = asyncio.run(triton_load(triton, MODEL, "EMBEDDING", ids, c, args.requests))
+                r = asyncio.run(triton_load(triton, model, "EMBEDDING", ids, c, args.requests))
                 rows.append({"set": name, "c": c, "side": "triton", **r.summary()})
                 print(rows[-1], flush=True)
     table = render_comparison(rows, baselines=[baseline], requests=args.requests, note="One text per request.")
     print(table)
     if args.write:
-        replace_section(ROOT / "docs" / "benchmarks.md", "bench_embeddings", table)
+        section = "bench_embeddings" if model == MODEL else f"bench_embeddings {model}"
+        replace_section(ROOT / "docs" / "benchmarks.md", section, table)
 
 
 if __name__ == "__main__":

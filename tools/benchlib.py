@@ -113,6 +113,7 @@ def gateway(extra: list[str] | None = None, env: dict[str, str] | None = None) -
 class Run:
     latencies_ms: list[float] = field(default_factory=list)
     own_ms: list[float] = field(default_factory=list)  # gateway total - queue - forward
+    forward_ms: list[float] = field(default_factory=list)  # Server-Timing forward (Triton)
     wall_s: float = 0.0
     errors: int = 0
 
@@ -124,6 +125,8 @@ class Run:
         if self.own_ms:
             out["own_p50_ms"] = float(np.percentile(self.own_ms, 50))
             out["own_p99_ms"] = float(np.percentile(self.own_ms, 99))
+        if self.forward_ms:
+            out["forward_p50_ms"] = float(np.percentile(self.forward_ms, 50))
         return out
 
 
@@ -150,6 +153,7 @@ async def http_load(url: str, path: str, bodies: Callable[[int], dict[str, Any]]
                         continue
                     t = server_timing(r.headers["Server-Timing"])
                     run.own_ms.append(t["total"] - t["queue"] - t["forward"])
+                    run.forward_ms.append(t["forward"])
 
         started = time.perf_counter()
         await asyncio.gather(*(caller() for _ in range(concurrency)))
