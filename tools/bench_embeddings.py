@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from gateway.cards import load_card
 from sr_backend.ragged import RaggedRunner
 from tools.benchlib import (
     ROOT,
@@ -53,11 +54,15 @@ def make_texts(tokenizer: Tokenizer, target_tokens: int, count: int, seed: int) 
     rng = np.random.default_rng(seed)
     texts = []
     for i in range(count):
-        words = [str(WORDS[j]) for j in rng.integers(0, len(WORDS), size=target_tokens)]
-        text = f"{i} " + " ".join(words)
-        while len(tokenizer.encode(text).ids) > target_tokens:
-            text = text.rsplit(" ", 1)[0]
-        texts.append(text)
+        words = [f"{i}", *(str(WORDS[j]) for j in rng.integers(0, len(WORDS), size=target_tokens))]
+        low, high = 1, len(words)  # the most words whose text fits (by bisection: a word may be several tokens)
+        while low < high:
+            mid = (low + high + 1) // 2
+            if len(tokenizer.encode(" ".join(words[:mid])).ids) <= target_tokens:
+                low = mid
+            else:
+                high = mid - 1
+        texts.append(" ".join(words[:low]))
     return texts
 
 
@@ -74,17 +79,25 @@ def main() -> None:
     model = args.model
     tokenizer = load_tokenizer(str(ROOT / "model_repository" / model / "1" / "tokenizer.json"))
     names = {16: "short", 128: "medium", 512: "long"}
-    sets = {f"{names.get(n, 'text')} ({n} tok)": make_texts(tokenizer, n, 4096, seed)
+    # a card that reads every text after a prefix (E5's "query: ") counts the prefix's tokens in the input
+    card = load_card(ROOT / "model_repository" / model / "card.yaml")
+    embedding = card.embedding
+
+    def read(text: str) -> list[int]:  # the ids the gateway sends for `text` (its default input type)
+        return list(tokenizer.encode(embedding.prefixed(text, None) if embedding else text).ids)
+
+    extra = len(read("x")) - len(tokenizer.encode("x").ids)
+    sets = {f"{names.get(n, 'text')} ({n} tok)": make_texts(tokenizer, n - extra, 4096, seed)
             for seed, n in enumerate((int(t) for t in args.tokens.split(",")), start=1)}
     baseline = served_baseline(model)
     print(f"in-process baseline: {baseline.describe()}", flush=True)
     runner = RaggedRunner(baseline.engine, max_batch_tokens=8192)
     rows: list[dict[str, Any]] = []
     for name, texts in sets.items():
-        runner.run([np.asarray(tokenizer.encode(t).ids, dtype=np.int64) for t in texts[:64]])  # warm up
+        runner.run([np.asarray(read(t), dtype=np.int64) for t in texts[:64]])  # warm up
 
         async def work(batcher: InProcessBatcher, i: int, texts: list[str] = texts) -> None:
-            await batcher.submit([np.asarray(tokenizer.encode(texts[i % len(texts)]).ids, dtype=np.int64)])
+            await batcher.submit([np.asarray(read(texts[i % len(texts)]), dtype=np.int64)])
 
         for c in levels:
             r = asyncio.run(inprocess_load(InProcessBatcher(runner.run), work, c, args.requests))
@@ -99,7 +112,7 @@ def main() -> None:
                 return {"model": model, "input": texts[i % len(texts)]}
 
             def ids(i: int, texts: list[str] = texts) -> np.ndarray:
-                return np.asarray(tokenizer.encode(texts[i % len(texts)]).ids, dtype=np.int64)
+                return np.asarray(read(texts[i % len(texts)]), dtype=np.int64)
 
             rows += gateway_cells(url, pid, triton, model, "/v1/embeddings", body, name, levels, args.requests)
             for c in levels:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import platform
 import resource
@@ -134,6 +135,15 @@ def server_timing(header: str) -> dict[str, float]:
     return {k: float(v) for k, v in (p.split(";dur=") for p in header.split(", "))}
 
 
+def item_failed(answer: bytes) -> bool:
+    """A 200 answer can still carry a failed item (the spec's per-input `error`, e.g. an embeddings input over its
+    max_length): that request did no model work and counts as an error, not as a fast answer."""
+    if b'"error"' not in answer:
+        return False
+    data = json.loads(answer).get("data")
+    return isinstance(data, list) and any(isinstance(d, dict) and "error" in d for d in data)
+
+
 async def http_load(url: str, path: str, bodies: Callable[[int], dict[str, Any]], concurrency: int,
                     requests: int) -> Run:
     """Closed loop: `concurrency` callers, each sends its next request when the previous answered."""
@@ -146,9 +156,9 @@ async def http_load(url: str, path: str, bodies: Callable[[int], dict[str, Any]]
             for i in counter:
                 started = time.perf_counter()
                 async with session.post(url + path, json=bodies(i)) as r:
-                    await r.read()
+                    answer = await r.read()
                     run.latencies_ms.append((time.perf_counter() - started) * 1000)
-                    if r.status != 200:
+                    if r.status != 200 or item_failed(answer):
                         run.errors += 1
                         continue
                     t = server_timing(r.headers["Server-Timing"])
