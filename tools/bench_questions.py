@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from tools.benchlib import ROOT, gateway, http_load, machine
@@ -46,7 +47,7 @@ def text(i: int) -> str:
     return f"{TOPICS[i % len(TOPICS)]} ({i}) — please answer in detail, my email is user{i}@example.com."
 
 
-def body(count: int, offset: int = 0) -> Any:
+def body(count: int, offset: int = 0) -> Callable[[int], dict[str, Any]]:
     """Request i: the first `count` questions about text i + offset (a new text every request)."""
     questions = dict(list(QUESTIONS.items())[:count])
     return lambda i: {"model": MODEL, "state": text(i + offset), "questions": questions}
@@ -87,7 +88,7 @@ def render(rows: list[dict[str, Any]], requests: int) -> str:
         one = next(r for r in cells if r["questions"] == 1)
         for r in cells:
             lines.append(f"| {c} | {r['questions']} | {r['throughput']:.1f} | {r['p50_ms']:.1f} / {r['p99_ms']:.1f} | "
-                         f"{r['forward_p50_ms']:.2f} | {r['own_p50_ms']:.2f} | {r['errors']} | "
+                         f"{r['forward_p50_ms']:.2f} | {r['own_p50_ms']:.2f} | {r['errors']:.0f} | "
                          f"{one['throughput'] / r['throughput']:.2f}× |")
     return "\n".join(lines)
 

@@ -516,12 +516,9 @@ def span_labels(rows: Sequence[Row], families: Sequence[str]) -> str:
             continue
         metrics = {m for r in row.reports.values() for m in r.types["span"].metrics}
         for label in sorted({m.split(" ", 1)[1] for m in metrics if m.startswith(("recall ", "precision "))}):
-            cells = []
-            for metric in ("recall", "precision"):
-                for f in families:
-                    tally = row.reports[f].types["span"].metrics.get(f"{metric} {label}", {}).get("model") \
-                        if f in row.reports else None
-                    cells.append(f"{_cell(tally, True)} (n {tally.total})" if tally else "—")
+            tallies = [row.reports[f].types["span"].metrics.get(f"{metric} {label}", {}).get("model")
+                       if f in row.reports else None for metric in ("recall", "precision") for f in families]
+            cells = [f"{_cell(t, True)} (n {t.total})" if t else "—" for t in tallies]
             lines.append(f"| {row.dataset} | {row.lang} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
