@@ -60,19 +60,26 @@ def text(rng: random.Random, low: int = 3, high: int = 120) -> str:
 
 @dataclass(frozen=True)
 class Targets:
-    """The model each surface of the load calls."""
-    embedder: str = EMBEDDER  # embeddings and rerank
-    classifier: str = TAGGER
-    decider: str = DECIDER
+    """The models each surface of the load calls (one picked at random per request), so one soak can hold every
+    served model under load at once."""
+    embedders: tuple[str, ...] = (EMBEDDER,)  # embeddings and rerank
+    classifiers: tuple[str, ...] = (TAGGER,)
+    deciders: tuple[str, ...] = (DECIDER,)
+
+    def of(self, surface: str) -> tuple[str, ...]:
+        return {"embeddings": self.embedders, "rerank": self.embedders, "classify": self.classifiers,
+                "decisions": self.deciders}[surface]
 
 
 DEFAULT_TARGETS = Targets()
 
 
 def body(surface: str, rng: random.Random, largest: bool = False,
-         targets: Targets = DEFAULT_TARGETS) -> tuple[str, dict[str, Any]]:
+         targets: Targets = DEFAULT_TARGETS, model: str | None = None) -> tuple[str, dict[str, Any]]:
     """One request of `surface` with varied lengths and row counts (every call a likely new ragged shape);
-    `largest`: the most inputs of the longest texts the load ever sends."""
+    `largest`: the most inputs of the longest texts the load ever sends; `model`: else one of the surface's targets."""
+    model = model or rng.choice(targets.of(surface))
+
     def count(low: int, high: int) -> int:
         return high if largest else rng.randint(low, high)
 
@@ -80,13 +87,13 @@ def body(surface: str, rng: random.Random, largest: bool = False,
         return text(rng, high, high) if largest else text(rng, low, high)
 
     if surface == "embeddings":
-        return "/v1/embeddings", {"model": targets.embedder, "input": [some() for _ in range(count(1, 16))]}
+        return "/v1/embeddings", {"model": model, "input": [some() for _ in range(count(1, 16))]}
     if surface == "classify":
-        return "/v1/classify", {"model": targets.classifier, "input": [some() for _ in range(count(1, 4))]}
+        return "/v1/classify", {"model": model, "input": [some() for _ in range(count(1, 4))]}
     if surface == "rerank":
-        return "/v1/rerank", {"model": targets.embedder, "query": some(3, 20),
+        return "/v1/rerank", {"model": model, "query": some(3, 20),
                               "documents": [some() for _ in range(count(2, 20))]}
-    return "/v1/decisions", {"model": targets.decider, "state": some(), "questions": {
+    return "/v1/decisions", {"model": model, "state": some(), "questions": {
         "relevant": {"type": "noul", "instructions": "Does the text ask for a refund?"},
         "kind": {"type": "choice", "instructions": "What is this text about?",
                  "choices": [{"key": "billing"}, {"key": "code"}, {"key": "other"}]}}}
@@ -121,11 +128,12 @@ async def load(url: str, surfaces: tuple[str, ...], callers: int, seconds: float
 
         async def caller(k: int) -> None:
             rng = random.Random(seed * 1000 + k)
-            opening = list(surfaces)  # the largest request of each surface first
+            # the largest request of each surface to each of its models first
+            opening = [(surface, model) for surface in surfaces for model in targets.of(surface)]
             while time.monotonic() < deadline:
                 largest = bool(opening)
-                surface = opening.pop() if opening else rng.choice(surfaces)
-                path, payload = body(surface, rng, largest, targets)
+                surface, model = opening.pop() if opening else (rng.choice(surfaces), None)
+                path, payload = body(surface, rng, largest, targets, model)
                 started = time.perf_counter()
                 try:
                     async with session.post(url + path, json=payload) as r:
@@ -362,7 +370,7 @@ def run_serve(args: argparse.Namespace) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     env = {"SR_BACKEND_UNBOUNDED": "1"} if args.unbounded else {}
     seconds, warmup = args.minutes * 60, args.warmup_minutes * 60
-    targets = Targets(args.embedder, args.classifier, DECIDER)
+    targets = Targets(*(tuple(names.split(",")) for names in (args.embedder, args.classifier, args.decider)))
     repository = forced_repository(args.models, args.tune, out) if args.tune else None
     with Stack(args.models, out / "gateway.log", env, repository) as stack:
         started = time.time()
@@ -524,8 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--surfaces", default=",".join(SURFACES))
     serve.add_argument("--out", default=str(ROOT / ".cache" / "soak"))
     serve.add_argument("--unbounded", action="store_true", help="SR_BACKEND_UNBOUNDED=1: the old settings")
-    serve.add_argument("--embedder", default=EMBEDDER, help="the model embeddings and rerank call")
-    serve.add_argument("--classifier", default=TAGGER, help="the model classify calls")
+    serve.add_argument("--embedder", default=EMBEDDER, help="the models embeddings and rerank call (comma-separated)")
+    serve.add_argument("--classifier", default=TAGGER, help="the models classify calls (comma-separated)")
+    serve.add_argument("--decider", default=DECIDER, help="the models decisions calls (comma-separated)")
     serve.add_argument("--tune", action="append", default=[], metavar="MODEL=ENGINE/PRECISION",
                        help="serve MODEL on this engine and precision instead of the tuner's choice (repeatable)")
     helps = {"shapes": "RSS under random shapes", "ab": "throughput with vs without buckets",
