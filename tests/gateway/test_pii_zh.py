@@ -95,6 +95,108 @@ def test_offsets_are_code_points_even_after_characters_outside_the_basic_plane()
     assert (f.start, f.end) == (6, 23) and text[f.start:f.end] == "li.na@example.com"
 
 
+def persons(text: str) -> list[str]:
+    return found(text).get("PERSON", [])
+
+
+def test_parts_of_a_transliterated_name_joined_by_an_interpunct_are_one_person() -> None:
+    assert persons("客人叫热娜·买买提。") == ["热娜·买买提"]  # LAC: 热娜 PER, · , 买买提 a verb
+    assert persons("欢迎约翰·史密斯先生光临。") == ["约翰·史密斯"]
+
+
+def test_an_interpunct_in_a_book_title_or_a_date_makes_no_name() -> None:
+    assert persons("《红楼梦·第一回》讲了什么？") == []
+    assert persons("一二·九运动是学生运动。") == []
+
+
+def test_a_surname_with_a_title_or_with_lao_is_not_a_name() -> None:
+    for text in ("刘局长和陈处长明天到。", "张总和李总都到了。", "给王老师打电话", "老王说今天不加班。"):
+        assert persons(text) == [], text
+
+
+def test_a_title_at_the_end_of_a_name_word_is_trimmed_and_a_one_character_title_only_after_a_lone_surname() -> None:
+    assert pii_zh._untitled("葛建国经理", 0, 5) == 3
+    assert pii_zh._untitled("王总", 0, 2) == 1
+    assert pii_zh._untitled("李建总", 0, 3) == 3  # 总 inside a three-character name is part of it
+    assert persons("收件人陈梓涵先生") == ["陈梓涵"]
+
+
+def test_a_name_with_a_compound_surname_is_found_whole_where_lac_cuts_or_mistags_it() -> None:
+    assert persons("负责人上官子墨已签字。") == ["上官子墨"]  # LAC: 上 (f) / 官子墨 (n)
+    assert persons("本案由上官雨晴律师代理。") == ["上官雨晴"]  # LAC: one word, tagged f
+    assert persons("请转交给东方雨桐同学。") == ["东方雨桐"]  # LAC: ORG
+
+
+def test_a_compound_surname_word_outside_a_name_slot_is_no_name() -> None:
+    assert persons("我是东方人。") == []
+    assert persons("东方明珠塔下，我遇见了他。") == []
+
+
+def test_a_name_that_is_also_a_word_is_found_next_to_other_names_in_a_list() -> None:
+    assert persons("值班：周一钱帅、周二孙悦。") == ["钱帅", "孙悦"]  # LAC: 钱帅 n in this sentence
+
+
+def test_a_direction_word_at_a_sentence_start_is_no_name_but_after_a_naming_word_it_is() -> None:
+    assert persons("向东走两百米就到。") == []  # LAC tagged 向东 PER; read alone it is a preposition
+    assert persons("我弟弟叫向东。") == ["向东"]
+
+
+def test_names_found_by_reading_words_again_stop_at_the_reread_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pii_zh, "REREADS", 0)
+    assert persons("负责人上官子墨已签字。") == []
+
+
+def test_a_resident_id_in_6_8_4_or_6_4_4_4_groups_is_found_and_a_bad_one_is_not() -> None:
+    for sep in (" ", "-"):
+        grouped = sep.join((VALID_ID[:6], VALID_ID[6:14], VALID_ID[14:]))
+        assert found(f"证件号码：{grouped}。")["CN_RESIDENT_ID"] == [grouped]
+    year_apart = " ".join((VALID_ID[:6], VALID_ID[6:10], VALID_ID[10:14], VALID_ID[14:]))
+    assert found(f"身份证 {year_apart} 已核验")["CN_RESIDENT_ID"] == [year_apart]
+    bad = " ".join((BAD_ID[:6], BAD_ID[6:14], BAD_ID[14:]))
+    assert "CN_RESIDENT_ID" not in found(f"证件号码：{bad}。")
+
+
+def test_a_sentence_with_han_characters_is_told_apart_from_an_english_one_in_the_same_text() -> None:
+    text = "请回电。Call 555 0134 today"
+    assert pii_zh.in_han_sentence(text, 0, 3)
+    assert not pii_zh.in_han_sentence(text, text.index("555"), text.index("555") + 8)
+
+
+def test_the_taggers_phone_and_id_spans_in_a_chinese_sentence_give_way_to_the_libraries() -> None:
+    """The family's merge (gateway/decisions/families/zeroshot.py), with the tagger's output made up: a PHONE span
+    over the extension of a Chinese landline and a TAX_ID over an invoice code are dropped; the same in an English
+    sentence of the same text is kept."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from gateway.cards import load_card
+    from gateway.decisions.families.zeroshot import ZeroShot
+    from gateway.decisions.questions import Question, validate
+    from gateway.runtime import ServedModel
+
+    root = Path(__file__).resolve().parents[2] / "model_repository"
+    family = ZeroShot(ServedModel(load_card(root / "decision-zeroshot" / "card.yaml")))
+    heads = load_card(root / "pii-rampart" / "card.yaml").heads
+    assert heads
+    labels = heads[0].labels
+    text = "请拨0571-86001234转6021找前台，发票代码144032209110。Or call 555 0134 today."
+    tagged = {"6021": "PHONE", "144032209110": "TAX_ID", "555 0134": "PHONE"}
+    offsets = [(text.index(t), text.index(t) + len(t)) for t in tagged]
+    probs = np.zeros((len(offsets), len(labels)))
+    for row, kind in enumerate(tagged.values()):
+        probs[row, labels.index(f"B-{kind}")] = 1.0
+    question = validate("q", {"type": "span", "instructions": "找号码",
+                              "labels": [{"key": "PHONE_NUMBER"}, {"key": "GOVERNMENT_ID"}]},
+                        family.spec, "decision-zeroshot")
+    assert isinstance(question, Question)
+    ask = SimpleNamespace(question=question, view=SimpleNamespace(text=text))
+    got = family._spans(ask, labels, probs, offsets, pii_zh.find(text))  # type: ignore[arg-type]
+    assert [(s["label"], s["text"]) for s in got.spans] == [("PHONE_NUMBER", "0571-86001234"),
+                                                           ("PHONE_NUMBER", "555 0134")]
+
+
 def test_resolve_keeps_the_first_of_two_overlapping_candidates_and_both_of_two_apart() -> None:
     a, b, c = pii_zh.Found("CN_RESIDENT_ID", 0, 18, 1.0), pii_zh.Found("PHONE_NUMBER", 3, 14, 1.0), \
         pii_zh.Found("PERSON", 20, 22, 0.85)

@@ -12,9 +12,10 @@ No generative decision model ships offline, so this family answers with what we 
 - span: the tagger's BIO spans whose entity types the question's labels name (by key or alias, else by a word of
   the description), merged with the spans of the field's PII libraries (pii_zh: validated e-mails, phone numbers,
   resident ids, bank cards; Chinese names and addresses), which win where the two overlap; the tagger's spans over
-  Han characters, which it reads as unknown tokens, are dropped. Offsets in code points of the one part read; the
-  question's noul is the highest probability any token of the part (or a library span) has of being one of those
-  types.
+  Han characters, which it reads as unknown tokens, are dropped, and so are its phone and identifier spans in a
+  sentence with Han characters, where the libraries' checks decide (pii_zh.CHECKED_TYPES). Offsets in code points
+  of the one part read; the question's noul is the highest probability any token of the part (or a library span)
+  has of being one of those types.
 
 Temperatures and biases are fitted on the labelled set in tools/decisions_eval (tools/fit_decisions.py).
 Option texts are embedded once per distinct text and kept in a bounded LRU cache.
@@ -40,8 +41,8 @@ from ...runtime import ServedModel
 from ...text import InputTooLong
 from ...timing import Timing
 from ..answers import Outcome
+from ..pii_zh import CHECKED_TYPES, Found, has_han, in_han_sentence
 from ..pii_zh import TYPES as LIBRARY_TYPES
-from ..pii_zh import Found, has_han
 from ..pii_zh import find as find_pii
 from ..pii_zh import load as load_pii
 from ..questions import Option, Question, QuestionError
@@ -484,8 +485,11 @@ class ZeroShot(Family):
         # P(token is one of the wanted types) = Σ over their B- and I- labels
         mask = np.asarray([lab != "O" and lab.split("-", 1)[-1] in wanted for lab in labels], dtype=np.float64)
         p_any = float(np.max(probs @ mask, initial=0.0)) if len(probs) else 0.0
-        found = [s for s in decode_spans(probs, offsets, labels, threshold) if s.label in wanted]
         text = ask.view.text
+        # In a sentence with Han characters the libraries, not the tagger, decide what a phone number or resident
+        # id is (pii_zh.CHECKED_TYPES says why): the tagger's spans of those types there are dropped
+        found = [s for s in decode_spans(probs, offsets, labels, threshold) if s.label in wanted
+                 and not (s.label in CHECKED_TYPES and in_han_sentence(text, s.start, s.end))]
         spans: list[dict[str, Any]] = []
         chosen: list[dict[str, Any]] = []  # the libraries' spans the question's labels name
         for f in library or []:
