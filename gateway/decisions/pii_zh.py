@@ -8,7 +8,9 @@ So span questions also run the field's libraries over the part read, and their s
   characters, which would glue `请发到` onto the address), each match checked by `email-validator` (syntax only; no
   DNS, and no `tldextract`, which would fetch the public-suffix list);
 - phone: presidio's `PhoneRecognizer`, i.e. `phonenumbers`' matcher for region CN at leniency VALID (mobile and
-  landline numbers valid in the national numbering plan, and any region's number written in E.164 `+…` form);
+  landline numbers valid in the national numbering plan, and any region's number written in E.164 `+…` form),
+  without an extension (ext. 21, 转8021; area-number-extension landlines are tried without it) or a bracket left
+  unmatched at either end;
 - resident identity number (身份证号): an 18-character candidate (whole, or in the 6-8-4 / 6-4-4-4 groups forms
   print) with `stdnum.cn.ric`'s check digit, a real birth date and an area code stdnum's table knows, a presidio
   `PatternRecognizer` with that validation. Not `ric.is_valid`: it also wants the county to have existed in the
@@ -224,7 +226,9 @@ class _Recognisers:
         out: list[Found] = []
         for entity, recogniser in self.recognisers:
             for r in recogniser.analyze(text, [recogniser.supported_entities[0]]):
-                out.append(Found(entity, r.start, r.end, 0.0 if entity == "INVALID_ID" else VALIDATED))
+                start, end = _phone_bounds(text, r.start, r.end) if entity == "PHONE_NUMBER" else (r.start, r.end)
+                out.append(Found(entity, start, end, 0.0 if entity == "INVALID_ID" else VALIDATED))
+        out.extend(_dashed_extensions(text))
         return out
 
     def words(self, text: str) -> list[tuple[int, int, str]]:
@@ -288,7 +292,13 @@ class _Recognisers:
         - transliterated names: the parts of a Uyghur or foreign name are joined by an interpunct (阿依古丽·买买提);
           LAC often tags one part PER and the other a verb or a place, or two PER parts, so a chain of Han words
           joined by interpuncts is one name when LAC tags a part PER, in the sentence or reading the chain alone
-          (not inside a 《title》, where the interpunct separates a work from its chapter);
+          (not inside a 《title》, where the interpunct separates a work from its chapter); LAC also cuts a long part
+          (阿不都 / 热合曼·…, …·阿不 / 都热依木), so a PER word glued before the chain, and a Han word glued after
+          it that reads as one PER word with the last part (or ends a Han run standing alone in Latin text), join;
+        - compound surnames next to a PER word: LAC tags the given name alone (呼延 / 晓雯) or the surname alone
+          (欧阳 / a verb-like given name); the name is rebuilt as below for non-PER words, without the name-slot
+          condition (LAC already says a name is there), or taken as it is when it stands alone in Latin text;
+        - masked names (冯**, 张*明): the surname left visible is no one's name;
         - titles: LAC tags a surname with a title as a person (王经理, 张总, 刘工程师); the title is not part of the
           name, and a lone surname with a title (or with 老, 老王) is a way of addressing someone, not a name, so
           the title is trimmed and what is left must be two characters or more; a single character is never a name;
@@ -335,6 +345,33 @@ class _Recognisers:
         def piece(k: int) -> bool:  # a part of a transliterated name: LAC may call it a place (艾山) or a verb
             return han_word(k, _NOT_PIECES)
 
+        def compound(k: int, start: int, end: int) -> tuple[int, int, int] | None:
+            """A PER word next to a compound surname (呼延 / 晓雯; 欧阳 alone, then its given name), as the whole
+            name: surname plus the glued Han words 3-4 characters from it, when LAC reads that as a name (as the
+            rebuild below does for non-PER words), or when it is a Han run standing alone in Latin text (by 欧阳X
+            first), where a compound surname starting a 3-4 character run is a name. (start, end, last word)."""
+            # the surname is one word before it, or two (LAC reads 呼 / 延 as a verb and a place)
+            heads = [m for m in (k - 1, k - 2) if m >= 0 and words[m][0] == start - 2]
+            if heads and text[start - 2:start] in _COMPOUND_SURNAMES and words[k - 1][1] == start:
+                lo = start - 2
+            elif end - start == 2 and text[start:end] in _COMPOUND_SURNAMES:
+                lo = start
+            else:
+                return None
+            m, stops = k, []
+            while m < len(words) and words[m][1] - lo <= 4 and (m == k or words[m][0] == words[m - 1][1]):
+                if words[m][1] - lo >= 3 and all("CJK" in unicodedata.name(c, "") for c in text[lo:words[m][1]]):
+                    stops.append((words[m][1], m))
+                m += 1
+            for stop, last in sorted(stops, reverse=True):
+                if stop - words[last][0] == 1 and words[last][2] in _FUNCTION_TAGS | {"v", "a"}:
+                    continue  # a one-character verb or particle after the surname (欧阳来了) is no given name
+                stop = _untitled(text, lo, stop)
+                if stop - lo >= 3 and not _masked(text, lo, stop) and (_alone_in_latin(text, lo, stop)
+                                                                       or named(lo, stop)):
+                    return lo, stop, last
+            return None
+
         # 1. interpunct chains: word (dot word)+, every piece a Han word glued to its dots, PARTS pieces at most
         k = 0
         while k < len(words):
@@ -348,6 +385,22 @@ class _Recognisers:
             if dotted and piece(k) and not _in_title(text, start):
                 tagged = any(words[m][2] == "PER" for m in range(k, j + 1, 2))
                 if tagged or any_part_named(start, end):
+                    # LAC cuts a long first part before its end (阿不都 / 热合曼·…) and tags the cut-off head PER:
+                    # a PER word glued to the chain's first piece is part of it
+                    if k > 0 and words[k - 1][2] == "PER" and words[k - 1][1] == start and han_word(k - 1):
+                        k, start = k - 1, words[k - 1][0]
+                    # ... or cuts the last part (…·阿不 / 都热依木): the Han word glued after it joins when the last
+                    # part and that word, read alone, are one PER word
+                    # (or the name is a Han run standing alone in Latin text, which ends where the Han run does)
+                    last = max(text.rfind(d, start, end) for d in _DOTS) + 1
+                    if j + 1 < len(words) and words[j + 1][0] == end and piece(j + 1):
+                        m = j + 1
+                        while m + 1 < len(words) and words[m + 1][0] == words[m][1] and piece(m + 1):
+                            m += 1
+                        if words[m][1] - end <= 4 and _alone_in_latin(text, start, words[m][1]):
+                            j, end = m, words[m][1]
+                        elif reread(last, words[j + 1][1]) == "PER":
+                            j, end = j + 1, words[j + 1][1]
                     out.append(Found("PERSON", start, end, LEXICAL))
                     used.update(range(k, j + 1))
                     k = j + 1
@@ -361,7 +414,16 @@ class _Recognisers:
             if k in used or not has_han(text[start:end]):
                 k += 1
                 continue
+            if _masked(text, start, end):
+                k += 1
+                continue
             if tag == "PER":
+                whole = compound(k, start, end)
+                if whole is not None:
+                    start, end, last = whole
+                    out.append(Found("PERSON", start, end, LEXICAL))
+                    k = last + 1
+                    continue
                 end = _untitled(text, start, end)
                 if _addressed(text, start, end):
                     k += 1
@@ -393,6 +455,64 @@ class _Recognisers:
                     break
             k += 1
         return sorted(out, key=lambda f: f.start)
+
+
+# An extension after the number (ext. 21, x21, 转8021, 分机 8021): phonenumbers' matcher keeps it in the match, but
+# it is dialled after the call connects and is not part of the number
+_EXTENSION = re.compile(r"\s*(?:ext\.?|extension|x|#|转|分机|分机号)\s*\d{1,6}\s*$", re.IGNORECASE)
+_OPENING, _CLOSING = "(（[【", ")）]】"
+
+
+# A landline with its extension after a second hyphen (020-38862015-8803): phonenumbers' matcher reads the whole
+# run as one number, finds it invalid and gives nothing; the part before the extension is tried on its own
+_DASHED = re.compile(r"(?<![\d+-])(0\d{2,3}-\d{7,8})-\d{1,6}(?![\d-])")
+
+
+def _dashed_extensions(text: str) -> list[Found]:
+    """Landlines written area-number-extension, as their number without the extension when it is valid for CN."""
+    import phonenumbers
+
+    out: list[Found] = []
+    for m in _DASHED.finditer(text):
+        try:
+            number = phonenumbers.parse(m.group(1), "CN")
+        except phonenumbers.NumberParseException:
+            continue
+        if phonenumbers.is_valid_number(number):
+            out.append(Found("PHONE_NUMBER", m.start(1), m.end(1), VALIDATED))
+    return out
+
+
+def _phone_bounds(text: str, start: int, end: int) -> tuple[int, int]:
+    """A phone match without an extension and without a bracket left unmatched at either end: phonenumbers takes
+    the bracket of "（138 1762 4405）" in front (a bracket around an area code, (0755), is its own pair and stays)."""
+    ext = _EXTENSION.search(text, start, end)
+    if ext is not None and ext.start() > start:
+        end = ext.start()
+    while end > start and (text[end - 1] in _CLOSING and _OPENING[_CLOSING.index(text[end - 1])]
+                           not in text[start:end]):
+        end -= 1
+    while start < end and (text[start] in _OPENING and _CLOSING[_OPENING.index(text[start])]
+                           not in text[start:end]):
+        start += 1
+    while end > start and (text[end - 1].isspace() or text[end - 1] in "-.,，"):
+        end -= 1
+    return start, end
+
+
+_MASKS = "*＊×✱●○"  # characters that stand for hidden ones (冯**, 张*明): a masked name is no one's name
+
+
+def _masked(text: str, start: int, end: int) -> bool:
+    """A name with masking characters in it or right after it: the rest is hidden, the surname alone is no name."""
+    return any(c in _MASKS for c in text[start:end + 1])
+
+
+def _alone_in_latin(text: str, start: int, end: int) -> bool:
+    """text[start:end] is a Han run with Latin text, spaces or the text's ends on both sides (by 欧阳X first)."""
+    before = text[start - 1] if start > 0 else " "
+    after = text[end] if end < len(text) else " "
+    return all(c.isspace() or c.isascii() for c in (before, after)) and not has_han(before + after)
 
 
 def _is_dot(text: str, word: tuple[int, int, str]) -> bool:

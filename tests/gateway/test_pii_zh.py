@@ -197,6 +197,80 @@ def test_the_taggers_phone_and_id_spans_in_a_chinese_sentence_give_way_to_the_li
                                                            ("PHONE_NUMBER", "555 0134")]
 
 
+def test_a_name_cut_before_its_interpunct_or_at_the_end_of_a_han_run_in_latin_text_is_one_person() -> None:
+    assert persons("来访者阿不都瓦依提·艾山，男。") == ["阿不都瓦依提·艾山"]  # LAC: 阿不都 PER / 瓦依提·艾山
+    assert persons("Guest: 努尔艾力·阿布都拉 (Nurali Abdulla)") == ["努尔艾力·阿布都拉"]  # LAC: … / 阿布都 / 拉
+
+
+def test_a_given_name_glued_to_a_compound_surname_is_one_person_with_it() -> None:
+    assert persons("房东呼延晓峰今天来收租。") == ["呼延晓峰"]  # LAC: 呼 v / 延 LOC / 晓峰 PER
+    assert persons("欧阳修是文学家。") == ["欧阳修"]
+
+
+def test_a_compound_surname_before_a_one_character_verb_stays_a_lone_surname() -> None:
+    assert persons("欧阳来了。") == ["欧阳"]  # 来 is no given name; the surname alone was LAC's PER before too
+
+
+def test_a_masked_name_is_no_person() -> None:
+    for text in ("快递员刘*已经送达。", "姓名：陈*明", "收件人：孙**，电话已隐藏。"):
+        assert persons(text) == [], text
+
+
+def test_a_phone_number_leaves_out_its_extension_and_an_unmatched_bracket() -> None:
+    assert found("值班医生是周文涛（139 2345 6781），请联系。")["PHONE_NUMBER"] == ["139 2345 6781"]
+    assert found("座机 0571-8800 1234 ext. 305，工作日可打。")["PHONE_NUMBER"] == ["0571-8800 1234"]
+    assert found("前台电话021-64001234-606，或者发邮件。")["PHONE_NUMBER"] == ["021-64001234"]
+    assert found("请拨0571-86001234转6021找前台")["PHONE_NUMBER"] == ["0571-86001234"]
+    assert found("总机(0755)26610338")["PHONE_NUMBER"] == ["(0755)26610338"]  # a matched pair stays
+
+
+def _merged(text: str, tagged: dict[str, str], labels_asked: list[str]) -> list[tuple[str, str]]:
+    """The family's merge (gateway/decisions/families/zeroshot.py) with the tagger's output made up: each key of
+    `tagged` a span of that tagger type, probability 1."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from gateway.cards import load_card
+    from gateway.decisions.families.zeroshot import ZeroShot
+    from gateway.decisions.questions import Question, validate
+    from gateway.runtime import ServedModel
+
+    root = Path(__file__).resolve().parents[2] / "model_repository"
+    family = ZeroShot(ServedModel(load_card(root / "decision-zeroshot" / "card.yaml")))
+    heads = load_card(root / "pii-rampart" / "card.yaml").heads
+    assert heads
+    labels = heads[0].labels
+    offsets = [(text.index(t), text.index(t) + len(t)) for t in tagged]
+    probs = np.zeros((len(offsets), len(labels)))
+    for row, kind in enumerate(tagged.values()):
+        probs[row, labels.index(f"B-{kind}")] = 1.0
+    question = validate("q", {"type": "span", "instructions": "find personal data",
+                              "labels": [{"key": k} for k in labels_asked]}, family.spec, "decision-zeroshot")
+    assert isinstance(question, Question)
+    ask = SimpleNamespace(question=question, view=SimpleNamespace(text=text))
+    got = family._spans(ask, labels, probs, offsets, pii_zh.find(text))  # type: ignore[arg-type]
+    return [(s["label"], s["text"]) for s in got.spans]
+
+
+def test_the_taggers_passport_and_licence_spans_under_a_checked_id_label_give_way_in_a_chinese_sentence() -> None:
+    text = "快递单号ZT5512098833，车牌苏A9K27。Passport K12345678 expires soon."
+    tagged = {"ZT5512098833": "PASSPORT", "A9K27": "DRIVERS_LICENSE", "K12345678": "PASSPORT"}
+    assert _merged(text, tagged, ["GOVERNMENT_ID"]) == [("GOVERNMENT_ID", "K12345678")]
+    # a question that asks for passports themselves has no library check behind its label: the span stays
+    assert _merged(text, tagged, ["PASSPORT"]) == [("PASSPORT", "ZT5512098833"), ("PASSPORT", "K12345678")]
+
+
+def test_the_taggers_handles_and_an_honorifics_lone_surname_are_no_person_but_full_names_are() -> None:
+    text = "Ask Mr. Grant or Jean-Luc Moreau; commits by li-wei_dev and qa2 go to https://example.com/mwong today."
+    tagged = {"Grant": "SURNAME", "Jean-Luc": "GIVEN_NAME", "Moreau": "SURNAME", "li-wei_dev": "GIVEN_NAME",
+              "qa2": "GIVEN_NAME", "mwong": "GIVEN_NAME"}
+    assert _merged(text, tagged, ["PERSON"]) == [("PERSON", "Jean-Luc Moreau")]
+    assert _merged("Please call Dr. Helen Price.", {"Helen": "GIVEN_NAME", "Price": "SURNAME"},
+                   ["PERSON"]) == [("PERSON", "Helen Price")]
+
+
 def test_resolve_keeps_the_first_of_two_overlapping_candidates_and_both_of_two_apart() -> None:
     a, b, c = pii_zh.Found("CN_RESIDENT_ID", 0, 18, 1.0), pii_zh.Found("PHONE_NUMBER", 3, 14, 1.0), \
         pii_zh.Found("PERSON", 20, 22, 0.85)

@@ -13,7 +13,8 @@ No generative decision model ships offline, so this family answers with what we 
   the description), merged with the spans of the field's PII libraries (pii_zh: validated e-mails, phone numbers,
   resident ids, bank cards; Chinese names and addresses), which win where the two overlap; the tagger's spans over
   Han characters, which it reads as unknown tokens, are dropped, and so are its phone and identifier spans in a
-  sentence with Han characters, where the libraries' checks decide (pii_zh.CHECKED_TYPES). Offsets in code points
+  sentence with Han characters, where the libraries' checks decide (pii_zh.CHECKED_TYPES; every tagger type under
+  the same question label), and its person spans that are handles or an honorific's lone surname. Offsets in code points
   of the one part read; the question's noul is the highest probability any token of the part (or a library span)
   has of being one of those types.
 
@@ -93,6 +94,23 @@ class ZeroShotParams(Params):
 
 
 _TRUNCATE = Question("", "noul", "", overflow="truncate")  # how a part compared with another part is read
+
+
+# An honorific before a lone surname (Mr. Lee, Dr Chen) addresses someone; like 王经理 it is no name by itself
+_HONORIFIC = re.compile(r"(?:^|(?<=[^A-Za-z]))(?:Mr|Mrs|Ms|Miss|Mx|Dr|Prof)\.?\s*$")
+
+
+def _not_a_name(text: str, start: int, end: int) -> bool:
+    """A tagger PERSON span that is no person's name: a handle or a piece of an address (a digit or `_` in it, a
+    hyphen joining lower-case parts as in a user name, or glued to `/` or `@` of a URL or an account), or a
+    single word after an honorific only (Mr. Lee: a way of addressing someone, like 王经理). Names are written
+    capitalised and with letters only; a hyphenated name's parts are capitalised (Jean-Luc)."""
+    span = text[start:end]
+    if any(c.isdigit() or c == "_" for c in span) or re.search(r"-[a-z]", span):
+        return True
+    if (start > 0 and text[start - 1] in "/@") or (end < len(text) and text[end] in "/@"):
+        return True
+    return " " not in span.strip() and _HONORIFIC.search(text, 0, start) is not None
 
 
 def _norm(name: str) -> str:
@@ -487,9 +505,14 @@ class ZeroShot(Family):
         p_any = float(np.max(probs @ mask, initial=0.0)) if len(probs) else 0.0
         text = ask.view.text
         # In a sentence with Han characters the libraries, not the tagger, decide what a phone number or resident
-        # id is (pii_zh.CHECKED_TYPES says why): the tagger's spans of those types there are dropped
+        # id is (pii_zh.CHECKED_TYPES says why): the tagger's spans there are dropped for every question label that
+        # a checked type answers, whichever of the tagger's types it came from. A label such as GOVERNMENT_ID also
+        # names PASSPORT and DRIVERS_LICENSE, and in Chinese text the tagger gives those to any code with letters
+        # and digits (a licence code's last letter, a courier or inpatient number): once a library checks what the
+        # label means (a resident id), an unchecked span of another type under the same label is only noise.
+        checked = {wanted[t] for t in CHECKED_TYPES if t in wanted}
         found = [s for s in decode_spans(probs, offsets, labels, threshold) if s.label in wanted
-                 and not (s.label in CHECKED_TYPES and in_han_sentence(text, s.start, s.end))]
+                 and not (wanted[s.label] in checked and in_han_sentence(text, s.start, s.end))]
         spans: list[dict[str, Any]] = []
         chosen: list[dict[str, Any]] = []  # the libraries' spans the question's labels name
         for f in library or []:
@@ -513,4 +536,6 @@ class ZeroShot(Family):
         # span's label; the tagger reads Han characters as unknown tokens, so its spans over them are dropped.
         spans = [s for s in spans if not has_han(s["text"])
                  and all(s["end"] <= f.start or f.end <= s["start"] for f in library or [])]
+        persons = {wanted[t] for t in LIBRARY_TYPES["PERSON"] if t in wanted}
+        spans = [s for s in spans if s["label"] not in persons or not _not_a_name(text, s["start"], s["end"])]
         return Outcome(np.asarray([p_any]), sorted([*chosen, *spans], key=lambda s: s["start"]))
