@@ -145,6 +145,8 @@ class Lifecycle:
                 code = await self.process.exited
                 self._watch.cancel()
                 self._set_live(False)
+                self._cancel_bring_up()  # loads in flight would only fail against the dead Triton and be retried
+                await self.process.gone()  # no restart, and no `failed`, while its old stubs still hold memory
                 if self._stopping:
                     return
                 reason = self._kill_reason or f"tritonserver exited with code {code}"

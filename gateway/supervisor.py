@@ -30,6 +30,7 @@ log = logging.getLogger("sr_gateway.triton")
 
 SHM = Path("/dev/shm")
 STUB = "triton_python_backend_stub"
+REAP_WAIT_S = 10.0  # longest wait for an exited Triton's group to be gone before a restart or `failed`
 
 
 def _pytriton_root() -> Path:
@@ -240,6 +241,24 @@ class TritonProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self.cleanup_shm()
+
+    async def gone(self) -> list[int]:
+        """Wait until nothing of the exited tritonserver's group is alive; what is still alive after REAP_WAIT_S.
+        SIGKILL is delivered asynchronously: a stub tearing down a gigabyte of mappings stays a live process for
+        a while after killpg returns (tens of milliseconds, longer on a busy host). The supervisor waits here
+        before it restarts Triton or gives up, so neither happens while the old stubs still hold memory; a
+        process stuck in the kernel is logged, not waited for forever."""
+        if self.proc is None:
+            return []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + REAP_WAIT_S
+        while (left := group_members(self.proc.pid)) and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        if left:
+            log.warning("%d process(es) of the exited tritonserver still alive after %.0f s: %s",
+                        len(left), REAP_WAIT_S, left)
+        self.cleanup_shm()
+        return left
 
     def cleanup_shm(self) -> list[str]:
         removed = []
