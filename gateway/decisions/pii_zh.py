@@ -59,7 +59,8 @@ TYPES: dict[str, tuple[str, ...]] = {
 VALIDATED = 1.0  # a checksum / numbering-plan / syntax check passed: presidio's MAX_SCORE for validated patterns
 LEXICAL = 0.85  # a lexical analyser's name or place: presidio's score for an NER entity (SpacyRecognizer)
 CHUNK = 200  # most code points LAC reads at once (it was trained on sentences)
-_SENTENCE = re.compile(r"[^。！？!?；;\n]*(?:[。！？!?；;\n]+|$)")
+_STOPS = "。！？!?；;\n"  # what ends a sentence: LAC's chunks, and the sentence a tagger span is judged in
+_SENTENCE = re.compile(f"[^{_STOPS}]*(?:[{_STOPS}]+|$)")
 _UNIT = re.compile(r"\d+\s*(?:号楼|号院|号|室|楼|栋|幢|层|单元|弄|巷)")  # a house number, building, floor or room
 _PLACE_GLUE = {"a", "n", "nz", "f", "s", "m"}  # a short word of these tags may sit inside an address (高新 南七道)
 # Names (`_Recognisers.persons` says why each of these exists)
@@ -120,7 +121,6 @@ def resident_id(text: str) -> bool:
 # as unknown tokens and calls any digit run, or a piece of one (8021 of 0755-86523311转8021; "-" and "7" of a
 # pick-up code 8-3-0172), a phone number or an identifier; there the libraries, which read every such number, decide.
 CHECKED_TYPES = frozenset({"PHONE", "TAX_ID", "GOVERNMENT_ID"})
-_STOPS = "。！？!?；;\n"
 
 
 def in_han_sentence(text: str, start: int, end: int) -> bool:
@@ -320,23 +320,18 @@ class _Recognisers:
         used: set[int] = set()  # word indices already part of a name (a dotted chain)
         rereads = [REREADS]
 
-        def reread(start: int, end: int) -> str | None:
-            if rereads[0] <= 0:
-                return None
+        def spend() -> bool:  # one extra LAC reading from this call's REREADS budget, if any is left
             rereads[0] -= 1
-            return self.alone(text[start:end])
+            return rereads[0] >= 0
+
+        def reread(start: int, end: int) -> str | None:
+            return self.alone(text[start:end]) if spend() else None
 
         def named(start: int, end: int) -> bool:
-            if rereads[0] <= 0:
-                return False
-            rereads[0] -= 1
-            return self.named(text[start:end])
+            return spend() and self.named(text[start:end])
 
         def any_part_named(start: int, end: int) -> bool:
-            if rereads[0] <= 0:
-                return False
-            rereads[0] -= 1
-            return any(t == "PER" for _, t in self.lac.run(text[start:end]))
+            return spend() and any(t == "PER" for _, t in self.lac.run(text[start:end]))
 
         def han_word(k: int, tags: set[str] = _NOT_NAMES) -> bool:
             s, e, t = words[k]
