@@ -10,10 +10,11 @@ Run: `python tools/decisions_eval/check_presets.py [folder]` — prints one tabl
 problems; exits 1 when there is any problem.
 
 Thresholds (from the lead's format note for issue 22):
-- per preset ≥ 160 `train` and ≥ 60 lines in its current held-out split: `heldout3` where the preset has one
-  (pii, relevance, grounded: held-out v3), else `heldout2`. A seen held-out part becomes `train` lines marked
-  `moved_from` with its split's name (v1 `heldout`, seen 2026-12-01 16:22 UTC; v2 `heldout2` of the presets that
-  have a v3), and a preset holds lines of one held-out split only;
+- per preset ≥ 160 `train` and ≥ 60 lines in its current held-out split, the newest it has: `heldout7`
+  (relevance: held-out v7), `heldout3` (pii, grounded: held-out v3), else `heldout2`. A seen held-out part becomes
+  `train` lines marked `moved_from` with its split's name (v1 `heldout`, seen 2026-12-01 16:22 UTC; v2 `heldout2`
+  of the presets that have a v3; v3 `heldout3` of relevance, once v7 was written), and a preset holds lines of one
+  held-out split only;
 - per split, Chinese share ≥ 45 %, where a `zh` line counts 1 and a `mixed` line counts ½;
 - balance: in each split, every answer (noul: true/false; choice: every key; score: every level) has a share within
   ±15 percentage points of the even share 1/k, and appears at least once;
@@ -38,10 +39,10 @@ from typing import Any
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
-HELDOUT = ("heldout3", "heldout2")  # newest first; v1 `heldout` lines were seen (16:22 UTC run) and moved to train
+HELDOUT = ("heldout7", "heldout3", "heldout2")  # newest first; v1 `heldout` lines were seen (16:22 UTC run) and moved to train
 SPLITS = ("train", *HELDOUT)
 LANGS = ("en", "zh", "mixed")
-MIN_LINES = {"train": 160, "heldout2": 60, "heldout3": 60}
+MIN_LINES = {"train": 160, "heldout2": 60, "heldout3": 60, "heldout7": 60}
 MIN_CHINESE_SHARE = 0.45
 BALANCE_TOLERANCE = 0.15
 MIN_HARD_SHARE = 0.25
@@ -75,7 +76,7 @@ PRESETS: dict[str, PresetSpec] = {
 
 REQUIRED_KEYS = ("id", "preset", "lang", "split", "state", "expected", "source", "why")
 OPTIONAL_KEYS = ("hard", "moved_from")
-MOVED_FROM = ("heldout", "heldout2")  # a train line that was a (seen) held-out line says which
+MOVED_FROM = ("heldout", "heldout2", "heldout3")  # a train line that was a (seen) held-out line says which
 SOURCE_RE = re.compile(r"^written for sr-gateway by .+, \d{4}-\d{2}-\d{2}$")
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
