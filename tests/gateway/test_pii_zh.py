@@ -141,8 +141,9 @@ def test_a_direction_word_at_a_sentence_start_is_no_name_but_after_a_naming_word
     assert persons("我弟弟叫向东。") == ["向东"]
 
 
-def test_names_found_by_reading_words_again_stop_at_the_reread_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_names_found_by_extra_readings_stop_at_the_reread_and_lattice_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pii_zh, "REREADS", 0)
+    monkeypatch.setattr(pii_zh, "MARGINS", 0)
     assert persons("负责人上官子墨已签字。") == []
 
 
@@ -214,6 +215,81 @@ def test_a_compound_surname_before_a_one_character_verb_stays_a_lone_surname() -
 def test_a_masked_name_is_no_person() -> None:
     for text in ("快递员刘*已经送达。", "姓名：陈*明", "收件人：孙**，电话已隐藏。"):
         assert persons(text) == [], text
+
+
+def test_a_compound_surname_is_found_where_lac_cuts_inside_it_but_not_where_a_title_ends_on_its_first_character(
+) -> None:
+    assert persons("讣告：复姓传人司空云峰先生昨日到访。") == ["司空云峰"]
+    assert persons("对接人：淳于晓东，电话见附件。") == ["淳于晓东"]  # 淳于: from the 百家姓 list, not a word
+    assert persons("校长孙明来了。") == ["孙明"]  # 校长 + 孙明, not 长孙明
+    assert persons("家长孙丽丽来接孩子。") == ["孙丽丽"]
+    assert persons("这届第五名是谁？") == []  # 第五 is a compound surname and an ordinal: no name reading here
+    assert persons("第五条 甲方应按时付款。") == []  # nor a given name that is a measure word
+
+
+def test_a_compound_surname_name_standing_after_latin_text_is_one_person() -> None:
+    assert persons("Reviewer 濮阳子涵，please check.") == ["濮阳子涵"]  # LAC: 濮阳 a city, 子涵 a place
+
+
+def test_a_long_name_lac_cuts_in_pieces_is_one_person_but_a_following_verb_or_adverb_stays_out() -> None:
+    assert persons("我们家斯琴毕力格明天到。") == ["斯琴毕力格"]  # LAC: 斯琴 / 毕力格
+    assert persons("张伟明天来。") == ["张伟"]
+    assert persons("刘芳芳来店里退货。") == ["刘芳芳"]
+    assert persons("李明妈妈来接孩子了。") == ["李明"]  # a kinship word is never a piece of the name
+    assert persons("乾隆皇帝一生写了很多诗。") == ["乾隆"]  # 皇帝, read alone, is a common word
+
+
+def test_long_names_are_rebuilt_only_within_the_lattice_scoring_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pii_zh, "MARGINS", 0)
+    assert persons("我们家斯琴毕力格明天到。") == ["斯琴", "毕力格"]
+
+
+def test_the_lattice_cost_is_zero_for_lacs_own_reading_small_for_a_name_that_is_a_word_and_large_for_a_word() -> None:
+    text = "护士严冬明早到。今天天气很好。"
+    lattices: list[pii_zh._Lattice] = []
+    pii_zh.load().words(text, lattices)
+    [name_cost] = [x.cost(2, 4) for x in lattices if x.holds(2, 4)]  # 严冬 "severe winter", a name after 护士
+    [word_cost] = [x.cost(10, 12) for x in lattices if x.holds(10, 12)]  # 天气 "weather"
+    assert 0.0 <= name_cost < pii_zh.NAME_COST < word_cost
+
+
+def test_a_name_that_is_also_a_word_is_found_right_after_a_role_or_kinship_word() -> None:
+    assert persons("翻译齐心陪同客户参观。") == ["齐心"]  # 齐心 "of one mind"
+    assert persons("房东安静说可以。") == ["安静"]  # 安静 "quiet"
+    assert persons("今天天气很好，我们去公园散步吧。") == []
+
+
+def test_a_name_that_is_a_word_or_a_place_is_found_in_a_list_with_a_name_or_after_a_word_that_takes_a_person() -> None:
+    assert persons("带队老师是冷静和白露。") == ["冷静", "白露"]  # 白露 joins 冷静, itself found by the lattice
+    assert persons("护士周敏和宁远今晚值班。") == ["周敏", "宁远"]  # 宁远: LAC's place word
+    assert persons("此事由安宁负责。") == ["安宁"]
+
+
+def test_a_word_right_before_a_title_needs_a_name_reading_not_only_the_lattice() -> None:
+    assert persons("12楼王阿姨的车。") == []  # LAC: 楼王 / 阿姨; the name is the lone surname 王 with a title
+
+
+def test_nicknames_and_familiar_forms_are_no_names() -> None:
+    for text in ("小胖和大刘明天来。", "阿强说他不来了。", "请把材料交给小王。"):
+        assert persons(text) == [], text
+
+
+def test_a_name_inside_an_at_handle_is_no_person_but_after_an_email_it_is() -> None:
+    assert persons("@王小明 你好") == []
+    assert persons("发邮件给 wang@example.com 的王小明") == ["王小明"]
+
+
+def test_a_founders_name_glued_to_a_product_noun_is_a_brand_but_one_after_a_role_or_before_a_detail_is_a_name(
+) -> None:
+    assert persons("买了一双李宁跑鞋和一把张小泉菜刀。") == []
+    assert persons("楼下开了家张亮麻辣烫。") == []
+    assert persons("经理秦浩态度很差。") == ["秦浩"]
+    assert persons("鲁迅原名周树人。") == ["鲁迅", "周树人"]  # an attribute the sentence goes on about, no brand
+    assert persons("联系人张伟电话13800138000") == ["张伟"]
+
+
+def test_a_lone_surname_with_punctuation_glued_to_it_is_no_name() -> None:
+    assert persons("我姓张。") == []  # LAC's word was "张。"
 
 
 def test_a_phone_number_leaves_out_its_extension_and_an_unmatched_bracket() -> None:
