@@ -5,6 +5,7 @@
     python -m tools.eval_decisions --all --split heldout3 --sets presets   (held-out v3: pii, relevance, grounded)
     python -m tools.eval_decisions --all --split heldout6 --sets adhoc   (Chinese span held-out v6, per label; v5, v4)
     python -m tools.eval_decisions --all --split heldout7   (held-out v7: Chinese spans and the relevance preset)
+    python -m tools.eval_decisions --all --split heldout8 --sets adhoc   (Chinese span held-out v8)
     python -m tools.eval_decisions --url URL --model decision-zeroshot [--split heldout]      (one model, items only)
 
 Sets (`tools/decisions_eval/`): `items.jsonl` (English ad-hoc items), `items_zh.jsonl` (bilingual ad-hoc items),
@@ -59,8 +60,9 @@ SPANS_V4 = HERE / "spans_zh_v4.jsonl"  # Chinese span held-out v4: only `heldout
 SPANS_V5 = HERE / "spans_zh_v5.jsonl"  # Chinese span held-out v5: only `heldout5` items, written after v4 was seen
 SPANS_V6 = HERE / "spans_zh_v6.jsonl"  # Chinese span held-out v6: only `heldout6` items, written after v5 was seen
 SPANS_V7 = HERE / "spans_zh_v7.jsonl"  # Chinese span held-out v7: only `heldout7` items, written after v6 was seen
+SPANS_V8 = HERE / "spans_zh_v8.jsonl"  # Chinese span held-out v8: only `heldout8` items, written after v7 was seen
 ITEM_FILES = (HERE / "items.jsonl", HERE / "items_zh.jsonl", HERE / "spans_zh.jsonl", ITEMS_V2, SPANS_V4, SPANS_V5,
-              SPANS_V6, SPANS_V7)
+              SPANS_V6, SPANS_V7, SPANS_V8)
 PRESETS = HERE / "presets"
 RUNS = HERE / "RUNS.md"
 MULTILINGUAL = "decision-multilingual"
@@ -68,10 +70,11 @@ DEFAULT_MODEL = "decision-zeroshot"
 BATCH = 16
 QUESTION_ID = "q"
 TYPES = ("choice", "noul", "score", "set", "span")
-SPLITS = ("fit", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7")  # v2 written
+SPLITS = ("fit", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
+          "heldout8")  # v2 written
 #   after `heldout` was seen; v3 (pii, relevance, grounded presets) after v2 was; v4 (Chinese spans, per label) after
 #   v3 was; v5 and v6 (Chinese spans again) each after the one before was scored and became the recognisers' dev
-#   set; v7 (Chinese spans and the relevance preset) after v6 and relevance's v3 were
+#   set; v7 (Chinese spans and the relevance preset) after v6 and relevance's v3 were; v8 (Chinese spans) after v7
 SETS = ("all", "adhoc", "presets")  # which sets a `--all` run scores
 REQUIRED = {"id", "split", "state", "question", "expected"}
 OPTIONAL = {"lang", "question_id", "source", "why", "hard"}
