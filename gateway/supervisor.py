@@ -31,10 +31,6 @@ log = logging.getLogger("sr_gateway.triton")
 SHM = Path("/dev/shm")
 STUB = "triton_python_backend_stub"
 REAP_WAIT_S = 10.0  # longest wait for an exited Triton's group to be gone before a restart or `failed`
-# glibc gives every thread that contends for malloc a new arena, up to 8 per core; tritonserver runs ~160 threads, so
-# its heap kept growing for a quarter of an hour as arenas were created and filled (docs/benchmarks.md "Memory
-# under a soak"). Two arenas bound that; the stubs inherit it (their tensors come from the engines' own allocators).
-MALLOC_ARENA_MAX = "2"
 
 
 def _pytriton_root() -> Path:
@@ -97,7 +93,6 @@ def child_environment(threads: int) -> dict[str, str]:
     env["SR_BACKEND_PYTHONPATH"] = os.pathsep.join(paths)
     if threads:
         env["SR_BACKEND_THREADS"] = str(threads)
-    env.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENA_MAX)  # an operator's own setting wins
     return env
 
 

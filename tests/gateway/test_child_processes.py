@@ -38,13 +38,3 @@ def test_tritonserver_is_started_under_setpriv_with_a_parent_death_signal() -> N
 
     prefix = supervisor._die_with_parent()
     assert Path(prefix[0]).name == "setpriv" and prefix[1:] == ["--pdeathsig", "TERM", "--"]
-
-
-def test_tritonserver_gets_two_malloc_arenas_unless_the_operator_chose_a_number(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway import supervisor
-
-    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
-    assert supervisor.child_environment(0)["MALLOC_ARENA_MAX"] == "2"
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
-    assert supervisor.child_environment(0)["MALLOC_ARENA_MAX"] == "8"
