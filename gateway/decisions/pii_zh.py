@@ -103,7 +103,12 @@ _ROLES = frozenset((
     "骑手", "店员", "客户", "客人", "顾客", "患者", "病人", "学生", "员工", "同事", "实习生", "前台", "保安",
     "爸爸", "妈妈", "父亲", "母亲", "丈夫", "妻子", "老婆", "老公", "儿子", "女儿", "爷爷", "奶奶", "外公", "外婆",
     "哥哥", "姐姐", "弟弟", "妹妹", "孙子", "孙女", "舅舅", "姑姑", "阿姨", "叔叔", "伯伯", "楼长", "班主任",
-    "经办人", "申请人", "法人", "代表", "主持人", "嘉宾", "乘客", "旅客", "住户", "业主", "家长", "陪同"))
+    "经办人", "申请人", "法人", "代表", "主持人", "嘉宾", "乘客", "旅客", "住户", "业主", "家长", "陪同",
+    # kin beyond parents and siblings (表妹, 堂哥, 岳父), and the written forms 其父 / 其妻 ("his father", "his wife")
+    "表哥", "表姐", "表弟", "表妹", "堂哥", "堂姐", "堂弟", "堂妹", "祖父", "祖母", "外祖父", "外祖母", "岳父",
+    "岳母", "公公", "婆婆", "舅妈", "姑父", "姨妈", "姨父", "伯父", "伯母", "叔父", "婶婶", "侄子", "侄女", "外甥",
+    "外甥女", "老伴", "老伴儿", "未婚妻", "未婚夫", "男友", "女友", "男朋友", "女朋友", "其父", "其母", "其夫",
+    "其妻", "其子", "其女", "其兄", "其弟", "其姐", "其妹"))
 # Nouns for a person's own details: a name glued to one (张伟电话…) is still a name; glued to any other noun it
 # names a shop or product (张亮麻辣烫, 李宁运动鞋)
 _DETAILS = ("电话", "手机", "邮箱", "邮件", "身份证", "证件", "地址", "微信", "工号", "本人", "态度", "座机")
@@ -114,6 +119,10 @@ LONGEST = 5  # most characters of a name without interpuncts (Mongolian names: �
 MARGINS = 64  # most lattice scorings one `find` makes
 WINDOW = 8  # characters either side of a span that a lattice scoring decodes
 REREADS = 32  # most extra LAC readings (a word alone or in "我叫…。") one `find` makes: bounds the extra cost
+# A role word or a verb that takes a person, wherever LAC's word boundaries fall (persons, step 5)
+_SLOT_WORDS = re.compile("|".join(sorted(_ROLES | _TAKES_PERSON, key=len, reverse=True)))
+_HOUSEHOLD = "家氏府"  # a surname and one of these is a household or clan (慕容家, 王氏), not a person
+_FAMILIAR = "小老"  # no surname in use is written 小 or 老: 小鱼儿, 老凤祥, 小陈 + 刚 are nicknames, brands, address
 _LOCK = threading.Lock()
 _LOADED: _Recognisers | None = None
 
@@ -409,14 +418,26 @@ class _Recognisers:
           On v4+v5 (113 Han names, 2,036 other word-aligned Han runs) names cost 0-5 but for two dotted ones, and
           33 other runs cost under 5 (mostly surname + title, refused by the title rule). At most MARGINS scorings
           per call, each two Viterbi passes over the span and WINDOW characters either side;
-        - familiar forms (小胖, 大刘, 阿强, 老王), names inside an @-handle, a lone surname with punctuation glued on
-          (我姓林。), and founders' names glued to a noun the phrase ends with (张亮麻辣烫，李宁跑鞋一双; not after a
-          role word, not before a personal detail such as 电话, not where the sentence goes on, 鲁迅原名周树人) are
-          no names.
+        - familiar forms (小胖, 大刘, 阿强, 老王; 小 / 老 before anything, 小鱼儿, 小陈 + 刚, 老凤祥), names inside an
+          @-handle (whichever rule found them, @慕容追风), a surname with 家 / 氏 / 府 (慕容家, a household), a lone
+          surname with punctuation glued on (我姓林。), and founders' names glued to a noun the phrase ends with
+          (张亮麻辣烫，李宁跑鞋一双; not after a role word, not before a personal detail such as 电话, not where the
+          sentence goes on, 鲁迅原名周树人) are no names;
+        - a word in a name's slot is no name when it is a lone compound surname, a role, kinship or title word (表妹
+          in a 和 list), or sits right before a name, or before a role word and a name (韩方代表朴智勋): that is
+          how a role and whose role it is are written;
+        - cut names: LAC glues an interpunct to the part after it (艾力 / ·吾买尔), which is cut off as a word; a
+          compound surname LAC reads as a word before a PER given name (闻人 / 雅琪) joins it in a name's slot; a
+          two-character time word after a compound surname is a given name (皇甫 / 国庆); LAC glues a compound
+          surname's first character to a role word before it (其父公 / 孙长林), and a whole name to the role word
+          or verb before it (原 / 告伍 / 佳音, 转 / 告许文博): from where the role word ends (found in the text,
+          one regex pass) the name is tried on the lattice and a naming reading, within MARGINS and REREADS;
+        - a word opening a clause or after 的 right before 说 is in a name's slot (值班的高峰说).
 
         Not done: names LAC reads as ordinary words outside any slot (值班的高峰说), the word sense of a name that
         LAC tags PER (下着白雪), and a name LAC cuts across two words with a function tag (任 / 重).
         """
+        words = _split_dots(text, words)
         out: list[Found] = []
         used: set[int] = set()  # word indices already part of a name (a dotted chain)
         rereads = [REREADS]
@@ -462,6 +483,12 @@ class _Recognisers:
                 lo = start - 2
             elif end - start == 2 and text[start:end] in _COMPOUND_SURNAMES:
                 lo = start
+            elif (k > 0 and words[k - 1][0] < start - 1 and words[k - 1][1] == start and end - start <= 3
+                  and text[start - 1:start + 1] in _COMPOUND_SURNAMES and _after_role(text, start - 1)):
+                # LAC glues the surname's first character to a role word before it (其父公 / 孙长林): the name
+                # starts one character earlier
+                stop = _untitled(text, start - 1, end)
+                return (start - 1, stop, k) if stop - start >= 2 and not _masked(text, start - 1, stop) else None
             else:
                 return None
             m, stops = k, []
@@ -473,8 +500,12 @@ class _Recognisers:
                 if stop - words[last][0] == 1 and words[last][2] in _FUNCTION_TAGS | {"v", "a"}:
                     continue  # a one-character verb or particle after the surname (欧阳来了) is no given name
                 stop = _untitled(text, lo, stop)
+                # LAC tags the given name PER: the surname glued before it in a name's slot (a 、 list of names,
+                # after a role word) is evidence enough where the whole, read again, is no name (闻人 / 雅琪)
+                head = next(m for m in (k - 2, k - 1, k) if m >= 0 and words[m][0] == lo)
                 if stop - lo >= 3 and not _masked(text, lo, stop) and (_alone_in_latin(text, lo, stop)
-                                                                       or named(lo, stop)):
+                                                                       or named(lo, stop)
+                                                                       or _name_slot(text, words, head, stop, out)):
                     return lo, stop, last
             return None
 
@@ -531,8 +562,10 @@ class _Recognisers:
                     continue
                 if words[w][1] - words[w][0] == 1 and words[w][2] in _FUNCTION_TAGS | {"v", "a"}:
                     continue  # a one-character verb or particle after the surname (欧阳来了) is no given name
-                if any(words[m][2] in _NOT_PIECES for m in range(word_at[p + 2], w + 1)):
-                    continue  # nor is a numeral, measure or particle (第五条: the fifth article)
+                if any(words[m][2] in _NOT_PIECES and not (words[m][2] == "TIME" and words[m][1] - words[m][0] >= 2)
+                       for m in range(word_at[p + 2], w + 1)):
+                    continue  # nor is a numeral, measure or particle (第五条: the fifth article); a two-character
+                    # time word is a given name there (皇甫 / 国庆, "National Day")
                 if close(p, stop) or (_latin_before(text, p) and not han(stop, stop + 1)):
                     out.append(Found("PERSON", p, stop, LEXICAL))
                     used.update(range(word_at[p], w + 1))
@@ -604,6 +637,8 @@ class _Recognisers:
                     m += 1
             for stop in sorted(set(ends), reverse=True):
                 name_end = _untitled(text, start, stop)
+                if _not_a_name(text, words, k, start, name_end, out):
+                    continue
                 # the lattice's word counts in every slot but right before a title, where the title's surname may
                 # be the candidate's last character (12楼王阿姨: 楼 / 王阿姨); there only a reading as a name does
                 if not _addressed(text, start, name_end) and (
@@ -615,7 +650,20 @@ class _Recognisers:
                         k += 1
                     break
             k += 1
-        return sorted(out, key=lambda f: f.start)
+        # 5. a name LAC glues to the role word or verb before it (原 / 告伍 / 佳音, 转 / 告许文博): where such a word
+        # ends inside one of LAC's words, the 2-4 Han characters from there to a word end are a name when the
+        # lattice reads them as one nearly as well and LAC reads them as a name where one is expected
+        starts = {w[0] for w in words}
+        for slot in _SLOT_WORDS.finditer(text):
+            p = slot.end()
+            if p in starts or any(f.start < p + 2 and p < f.end for f in out):
+                continue
+            for stop in (p + 4, p + 3, p + 2):
+                if (stop in ends_at and han(p, stop) and _untitled(text, p, stop) == stop
+                        and text[p:stop] not in _ROLES and close(p, stop) and named(p, stop)):
+                    out.append(Found("PERSON", p, stop, LEXICAL))
+                    break
+        return sorted((f for f in out if not _no_person(text, f.start, f.end)), key=lambda f: f.start)
 
 
 # An extension after the number (ext. 21, x21, 转8021, 分机 8021): phonenumbers' matcher keeps it in the match, but
@@ -662,6 +710,64 @@ def _phone_bounds(text: str, start: int, end: int) -> tuple[int, int]:
 
 
 _MASKS = "*＊×✱●○"  # characters that stand for hidden ones (冯**, 张*明): a masked name is no one's name
+
+
+def _split_dots(text: str, words: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """LAC's words with an interpunct glued to a Han part (艾力 / ·吾买尔, tagged w) cut off as a word of its own, the
+    part then read as a name piece (nz), which is how the interpunct-chain rule expects a transliterated name."""
+    out: list[tuple[int, int, str]] = []
+    for s, e, t in words:
+        if e - s > 1 and text[s] in _DOTS and _all_han(text[s + 1:e]):
+            out += [(s, s + 1, "w"), (s + 1, e, "nz" if t == "w" else t)]
+        elif e - s > 1 and text[e - 1] in _DOTS and _all_han(text[s:e - 1]):
+            out += [(s, e - 1, "nz" if t == "w" else t), (e - 1, e, "w")]
+        else:
+            out.append((s, e, t))
+    return out
+
+
+def _all_han(text: str) -> bool:
+    return bool(text) and all("CJK" in unicodedata.name(c, "") for c in text)
+
+
+def _after_role(text: str, at: int) -> bool:
+    """The text before `at` ends in a role or kinship word (其父, 护士)."""
+    return any(text.endswith(role, 0, at) for role in _ROLES)
+
+
+def _surname_length(text: str, start: int) -> int:
+    return 2 if text.startswith(_COMPOUND_SURNAMES, start) else 1
+
+
+def _no_person(text: str, start: int, end: int) -> bool:
+    """A span the rules found that is no person's name, whichever rule found it: inside an @-handle (@慕容追风), a
+    familiar form (小 / 老 and a name or nickname: 小鱼儿, 小陈 + 刚; or a shop: 老凤祥), or a surname with 家 / 氏 /
+    府 (慕容家, the Murong household). Interpunct-joined names are transliterations, which these forms do not
+    touch."""
+    if _in_handle(text, start):
+        return True
+    if any(c in _DOTS for c in text[start:end]):
+        return False
+    return text[start] in _FAMILIAR or (end - start == _surname_length(text, start) + 1
+                                        and text[end - 1] in _HOUSEHOLD)
+
+
+def _not_a_name(text: str, words: list[tuple[int, int, str]], k: int, start: int, end: int,
+                names: list[Found]) -> bool:
+    """A candidate in a name's slot that is no name: a compound surname alone (闻人 of 闻人 / 雅琪), a role, kinship
+    or title word (舅舅公孙立新和表妹公孙语桐: 表妹 sits in the 和 list but is the next name's kin), or any word right
+    before a PER word or a name found, which is how roles are written (表姐宋嘉怡)."""
+    word = text[start:end]
+    if word in _COMPOUND_SURNAMES or word in _ROLES or word in _TITLES:
+        return True
+    j = next((m for m in range(k, len(words)) if words[m][0] >= end), len(words))
+    if j < len(words) and words[j][0] == end and (text[words[j][0]:words[j][1]] in _ROLES
+                                                 or text[words[j][0]:words[j][1]] in _TITLES):
+        end, j = words[j][1], j + 1  # ... or before a role word that a name follows: 和韩方代表朴智勋, "and the
+        # Korean side's representative Park", where the word says whose role it is
+        if not (j < len(words) and words[j][0] == end):
+            return False
+    return (j < len(words) and words[j][0] == end and words[j][2] == "PER") or any(f.start == end for f in names)
 
 
 def _masked(text: str, start: int, end: int) -> bool:
@@ -766,6 +872,8 @@ def _name_slot(text: str, words: list[tuple[int, int, str]], k: int, end: int, n
         return True
     if re.match(r"\s*[(（]\s*\d", text[end:]):  # a name with its number in brackets after it: 任重（1401…）
         return True
+    if text.startswith("说", end) and (before in _CLAUSE_STOPS or before in {"", "的"}):
+        return True  # who says something, opening a clause or after 的 (值班的高峰说, 马达说明天…: LAC glues 说明)
     j = k
     while j < len(words) and words[j][0] < end:  # the word after the candidate (it spans 4 code points at most)
         j += 1

@@ -288,6 +288,53 @@ def test_a_founders_name_glued_to_a_product_noun_is_a_brand_but_one_after_a_role
     assert persons("联系人张伟电话13800138000") == ["张伟"]
 
 
+def test_a_name_with_a_compound_surname_inside_an_at_handle_is_no_person() -> None:
+    assert persons("@欧阳飞雪 明天开会吗？") == []  # the compound-surname rule found it before the handle rule ran
+
+
+def test_xiao_or_lao_before_a_name_or_nickname_of_any_length_is_a_familiar_form_not_a_name() -> None:
+    for text in ("小李刚说他不来了。", "小豆儿：收到，马上到", "老李头说要下雨。"):
+        assert persons(text) == [], text
+
+
+def test_a_surname_with_jia_is_a_household_not_a_person() -> None:
+    assert persons("楼上欧阳家和对门司马家都停电了。") == []
+    assert persons("慕容家的院子很大。") == []
+
+
+def test_a_kinship_word_in_a_list_of_names_is_no_name() -> None:
+    assert persons("叔叔夏侯明和堂妹夏侯雨晴明天到。") == ["夏侯明", "夏侯雨晴"]  # 堂妹: in the 和 list, before a name
+
+
+def test_the_word_before_a_role_and_a_name_says_whose_role_it_is_and_is_no_name() -> None:
+    assert persons("日方代表山田太郎和韩方代表金敏智明天上午抵达。") == ["山田太郎", "金敏智"]  # 韩方: the Korean side
+
+
+def test_a_compound_surname_lac_reads_as_a_word_before_a_given_name_in_a_list_of_names_is_one_person() -> None:
+    got = persons("获奖名单：张晓东（学号2023001）、闻人雅婷，如有异议请联系教务处。")
+    assert got == ["张晓东", "闻人雅婷"]  # LAC: 闻人 v / 雅婷 PER; never 闻人 alone
+
+
+def test_a_compound_surname_whose_first_character_lac_glues_to_a_role_word_before_it_is_one_person() -> None:
+    assert persons("受益人：其母公孙秀兰，电话 139 9510 4486。") == ["公孙秀兰"]  # LAC: 其 / 母公 / 孙秀兰
+    assert persons("我老公孙浩明天回来。") == ["孙浩"]  # 老公 is the role word itself: no 公孙 here
+
+
+def test_an_interpunct_lac_glues_to_the_second_part_of_a_name_still_joins_the_name() -> None:
+    got = persons("产妇 热依拉·托合提，丈夫 艾山·吾买尔，电话 199 0992 6613。")
+    assert got == ["热依拉·托合提", "艾山·吾买尔"]  # LAC: 艾山 PER / ·吾买尔 w
+
+
+def test_a_name_lac_glues_to_the_role_or_verb_before_it_is_found_from_where_that_word_ends() -> None:
+    assert persons("请转告许文博，明天的面试改到下午。") == ["许文博"]  # LAC: 转 / 告许文博
+    assert persons("护士长说今天不加班。") == []
+
+
+def test_a_name_that_is_a_word_is_found_as_who_says_something_at_a_clause_start_or_after_de() -> None:
+    assert persons("值班的高山说，今天人太多。") == ["高山"]  # 高山 "high mountain"
+    assert persons("新闻说明天下雨。") == []
+
+
 def test_a_lone_surname_with_punctuation_glued_to_it_is_no_name() -> None:
     assert persons("我姓张。") == []  # LAC's word was "张。"
 
