@@ -39,7 +39,8 @@ from typing import Any
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
-HELDOUT = ("heldout7", "heldout3", "heldout2")  # newest first; v1 `heldout` lines were seen (16:22 UTC run) and moved to train
+# newest first; v1 `heldout` lines were seen (16:22 UTC run) and moved to train
+HELDOUT = ("heldout7", "heldout3", "heldout2")
 SPLITS = ("train", *HELDOUT)
 LANGS = ("en", "zh", "mixed")
 MIN_LINES = {"train": 160, "heldout2": 60, "heldout3": 60, "heldout7": 60}
