@@ -115,8 +115,12 @@ def test_concurrent_requests_are_batched_by_triton(gateway_url: str, triton_url:
 
 
 # the best instruction set for each precision, best first (the flag /proc/cpuinfo lists for it)
-_ISA = {"bf16": [("AMX", "amx_bf16"), ("AVX-512 BF16", "avx512_bf16")],
-        "int8": [("AMX", "amx_int8"), ("AVX-512 VNNI", "avx512_vnni"), ("AVX-VNNI", "avx_vnni")],
+# The unit each precision's kernels use, best first, as a reader of /proc/cpuinfo would name it; a CPU without
+# the precision's own unit runs it on its vector unit (an AVX2-only host serves int8 on AVX2)
+_ISA = {"bf16": [("AMX", "amx_bf16"), ("AVX-512 BF16", "avx512_bf16"), ("AVX-512 emulated", "avx512f"),
+                 ("AVX2 emulated", "avx2")],
+        "int8": [("AMX", "amx_int8"), ("AVX-512 VNNI", "avx512_vnni"), ("AVX-VNNI", "avx_vnni"),
+                 ("AVX-512", "avx512bw"), ("AVX2", "avx2")],
         "fp32": [("AVX-512", "avx512f"), ("AVX2", "avx2")]}
 
 
@@ -134,7 +138,9 @@ def test_the_accelerator_names_this_hosts_cpu_and_the_isa_of_the_served_precisio
         precision = card["engine_args"]["precision"]
         isa = next(name for name, flag in _ISA[precision] if flag in flags)
         assert card["accelerator"] == f"{model} ({isa} {precision})", card["id"]
-    assert {c["engine_args"]["precision"] for c in cards.values()} >= {"fp32", "bf16"}  # both kinds are checked
+    # more than one precision is checked: every host measured serves fp32 beside bf16 and/or int8 (the tuner chose
+    # int8 for prompt-guard on all three host kinds; bf16 only where the CPU has it)
+    assert len({c["engine_args"]["precision"] for c in cards.values()}) >= 2
     r = http.post("/v1/embeddings", json={"model": MODEL, "input": "x", "options": {"return_meta": True}})
     assert r.status_code == 200
     assert r.json()["meta"]["accelerator"] == cards[MODEL]["accelerator"]
