@@ -463,7 +463,7 @@ class _Recognisers:
             return lattice is not None and margins[0] >= 0 and lattice.cost(start, end) < NAME_COST
 
         def han(start: int, end: int) -> bool:
-            return end > start and all("CJK" in unicodedata.name(c, "") for c in text[start:end])
+            return _all_han(text[start:end])
 
         def han_word(k: int, tags: set[str] = _NOT_NAMES) -> bool:
             s, e, t = words[k]
@@ -493,7 +493,7 @@ class _Recognisers:
                 return None
             m, stops = k, []
             while m < len(words) and words[m][1] - lo <= 4 and (m == k or words[m][0] == words[m - 1][1]):
-                if words[m][1] - lo >= 3 and all("CJK" in unicodedata.name(c, "") for c in text[lo:words[m][1]]):
+                if words[m][1] - lo >= 3 and han(lo, words[m][1]):
                     stops.append((words[m][1], m))
                 m += 1
             for stop, last in sorted(stops, reverse=True):
@@ -631,8 +631,7 @@ class _Recognisers:
             if text.startswith(_COMPOUND_SURNAMES, start):
                 m = k
                 while m < len(words) and words[m][1] - start <= 4 and (m == k or words[m][0] == words[m - 1][1]):
-                    if words[m][1] - start >= 3 and all("CJK" in unicodedata.name(c, "") for c in
-                                                        text[start:words[m][1]]):
+                    if words[m][1] - start >= 3 and han(start, words[m][1]):
                         ends.append(words[m][1])
                     m += 1
             for stop in sorted(set(ends), reverse=True):
