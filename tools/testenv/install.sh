@@ -8,6 +8,14 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
+# One install at a time: `make test` prepares this environment in the background (Makefile, `testenv-build`) while
+# the gateway's targets run, and the control plane's up.sh runs this script again when its turn comes.
+mkdir -p /run/lock
+exec 8>/run/lock/sr-gateway-testenv-install.lock
+flock 8
+# An install killed half-way (an interrupted run) leaves dpkg asking for this before any other apt-get works.
+if [ -n "$(dpkg --audit 2>/dev/null)" ]; then dpkg --configure -a >/dev/null; fi
+
 PKGS=(etcd-server python3-keystone gunicorn postgresql prometheus openssl golang-go rsync jq dpkg-dev
       golang-github-modern-go-reflect2-dev curl)
 if [ "${1:-}" = --node ]; then
