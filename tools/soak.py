@@ -2,6 +2,7 @@
 
     python -m tools.soak serve --minutes 20 [--callers 16] [--out .cache/soak]   # a served stack, every surface
     python -m tools.soak serve --tune all-minilm-l6-v2=torch/bf16 ...   # one model held to an engine/precision
+    python -m tools.soak serve --minutes 12 --trim-at-end   # then malloc_trim(0) in each process: freed or in use?
     python -m tools.soak shapes --engine openvino --precision bf16 --seconds 60 [--unbounded]   # one engine
     python -m tools.soak ab --engine openvino --precision bf16 --seconds 120    # bucketed vs not, interleaved
     python -m tools.soak distinct --engine openvino --precision bf16 --shapes 48   # what a new shape leaves behind
@@ -198,6 +199,28 @@ def tree_row(root: int) -> dict[str, float]:
     return row
 
 
+def trim_in_place(root: int) -> dict[str, dict[str, float]]:
+    """Anonymous RSS (MiB) of every process under `root` before and after glibc's malloc_trim(0) is called inside it
+    (through gdb, which must be installed): what a process gives back is memory glibc held after it was freed, what
+    stays is memory in use. It tells a leak from an allocator that keeps freed pages (docs/benchmarks.md)."""
+    import shutil
+
+    from gateway.metrics import process_tree_memory
+
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        raise SystemExit("--trim-at-end needs gdb (Debian package `gdb`)")
+    out: dict[str, dict[str, float]] = {}
+    for proc in process_tree_memory(root):
+        before = anon_rss(proc.pid)
+        subprocess.run([gdb, "-p", str(proc.pid), "-batch", "-ex", "call (int)malloc_trim(0)"],
+                       capture_output=True, timeout=120, check=False)
+        after = anon_rss(proc.pid)
+        if before is not None and after is not None:
+            out[label(proc)] = {"before_mib": round(before / 2**20, 2), "after_mib": round(after / 2**20, 2)}
+    return out
+
+
 async def sample_rows(read: Callable[[], dict[str, float]], every: float, until: float,
                       into: list[dict[str, Any]]) -> None:
     """One row of `read()` (name -> MiB) with its time since the start (`t`, s) every `every` seconds until the
@@ -376,6 +399,7 @@ def run_serve(args: argparse.Namespace) -> dict[str, Any]:
         started = time.time()
         result, samples = asyncio.run(soak(stack, tuple(args.surfaces.split(",")), args.callers, seconds,
                                            args.sample_s, targets))
+        trimmed = trim_in_place(stack.proc.pid) if args.trim_at_end else None
     summary = result.summary()
     report = {"machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
               "minutes": args.minutes, "warmup_minutes": args.warmup_minutes, "callers": args.callers,
@@ -384,7 +408,7 @@ def run_serve(args: argparse.Namespace) -> dict[str, Any]:
               "requests": sum(s["requests"] for s in summary.values()),
               "errors": sum(s["errors"] for s in summary.values()), "statuses": result.statuses,
               "throughput_rps": round(sum(s["requests"] for s in summary.values()) / seconds, 1),
-              "surfaces": summary, "growth": growth(samples, warmup), "samples": samples}
+              "surfaces": summary, "growth": growth(samples, warmup), "trimmed_at_end": trimmed, "samples": samples}
     (out / "soak.json").write_text(json.dumps(report, indent=1))
     plot(samples, warmup, out / "soak.png", f"RSS under a {args.minutes:g}-minute mixed soak, {args.callers} callers"
          + (" (unbounded: old settings)" if args.unbounded else ""))
@@ -537,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--decider", default=DECIDER, help="the models decisions calls (comma-separated)")
     serve.add_argument("--tune", action="append", default=[], metavar="MODEL=ENGINE/PRECISION",
                        help="serve MODEL on this engine and precision instead of the tuner's choice (repeatable)")
+    serve.add_argument("--trim-at-end", action="store_true",
+                       help="after the load, call malloc_trim(0) in every process (gdb) and record what it gave back")
     helps = {"shapes": "RSS under random shapes", "ab": "throughput with vs without buckets",
              "distinct": "the heap a new input shape leaves behind"}
     for name, help_ in helps.items():
