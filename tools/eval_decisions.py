@@ -6,6 +6,7 @@
     python -m tools.eval_decisions --all --split heldout6 --sets adhoc   (Chinese span held-out v6, per label; v5, v4)
     python -m tools.eval_decisions --all --split heldout7   (held-out v7: Chinese spans and the relevance preset)
     python -m tools.eval_decisions --all --split heldout8 --sets adhoc   (Chinese span held-out v8)
+    python -m tools.eval_decisions --all --split heldout9 --sets adhoc   (Chinese span held-out v9)
     python -m tools.eval_decisions --url URL --model decision-zeroshot [--split heldout]      (one model, items only)
 
 Sets (`tools/decisions_eval/`): `items.jsonl` (English ad-hoc items), `items_zh.jsonl` (bilingual ad-hoc items),
@@ -61,8 +62,9 @@ SPANS_V5 = HERE / "spans_zh_v5.jsonl"  # Chinese span held-out v5: only `heldout
 SPANS_V6 = HERE / "spans_zh_v6.jsonl"  # Chinese span held-out v6: only `heldout6` items, written after v5 was seen
 SPANS_V7 = HERE / "spans_zh_v7.jsonl"  # Chinese span held-out v7: only `heldout7` items, written after v6 was seen
 SPANS_V8 = HERE / "spans_zh_v8.jsonl"  # Chinese span held-out v8: only `heldout8` items, written after v7 was seen
+SPANS_V9 = HERE / "spans_zh_v9.jsonl"  # Chinese span held-out v9: only `heldout9` items, written after v8 was seen
 ITEM_FILES = (HERE / "items.jsonl", HERE / "items_zh.jsonl", HERE / "spans_zh.jsonl", ITEMS_V2, SPANS_V4, SPANS_V5,
-              SPANS_V6, SPANS_V7, SPANS_V8)
+              SPANS_V6, SPANS_V7, SPANS_V8, SPANS_V9)
 PRESETS = HERE / "presets"
 RUNS = HERE / "RUNS.md"
 MULTILINGUAL = "decision-multilingual"
@@ -71,7 +73,7 @@ BATCH = 16
 QUESTION_ID = "q"
 TYPES = ("choice", "noul", "score", "set", "span")
 SPLITS = ("fit", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
-          "heldout8")  # v2 written
+          "heldout8", "heldout9")  # v2 written
 #   after `heldout` was seen; v3 (pii, relevance, grounded presets) after v2 was; v4 (Chinese spans, per label) after
 #   v3 was; v5 and v6 (Chinese spans again) each after the one before was scored and became the recognisers' dev
 #   set; v7 (Chinese spans and the relevance preset) after v6 and relevance's v3 were; v8 (Chinese spans) after v7
