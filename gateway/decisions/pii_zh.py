@@ -11,11 +11,11 @@ So span questions also run the field's libraries over the part read, and their s
   landline numbers valid in the national numbering plan, and any region's number written in E.164 `+…` form),
   without an extension (ext. 21, 转8021; area-number-extension landlines are tried without it) or a bracket left
   unmatched at either end;
-- resident identity number (身份证号): an 18-character candidate (whole, or in the 6-8-4 / 6-4-4-4 groups forms
-  print) with `stdnum.cn.ric`'s check digit, a real birth date and an area code stdnum's table knows, a presidio
-  `PatternRecognizer` with that validation. Not `ric.is_valid`: it also wants the county to have existed in the
-  birth year, but a number is issued where its holder was first registered, so 44030519790903108X (Nanshan, a
-  county since 1990, for someone born in 1979) is real and is_valid refuses it;
+- resident identity number (身份证号): an 18-character candidate (whole, in the 6-8-4 / 6-4-4-4 groups forms
+  print, or in a card number's 4-4-4-4-2) with `stdnum.cn.ric`'s check digit, a real birth date and an area code
+  stdnum's table knows, a presidio `PatternRecognizer` with that validation. Not `ric.is_valid`: it also wants the
+  county to have existed in the birth year, but a number is issued where its holder was first registered, so
+  44030519790903108X (Nanshan, a county since 1990, for someone born in 1979) is real and is_valid refuses it;
 - bank card: 16–19 digits (optionally in groups of four) validated by `stdnum.luhn`, unless they are a valid
   resident identity number; presidio's own `CreditCardRecognizer` pattern stops at 17 digits and misses UnionPay's
   19-digit debit cards;
@@ -75,6 +75,8 @@ _TITLES = tuple(sorted((
     "经理", "总经理", "老师", "先生", "女士", "小姐", "律师", "医生", "大夫", "护士", "主任", "同学", "师傅", "老板",
     "阿姨", "叔叔", "局长", "处长", "科长", "院长", "校长", "书记", "部长", "教授", "博士", "总监", "主管", "警官",
     "队长", "班长", "会计", "工程师", "董事长", "总裁", "厂长", "店长", "组长", "秘书", "助理", "同志", "老总",
+    "法官", "检察官", "记者", "教练", "导演", "主席", "市长", "县长", "镇长", "村长", "所长", "站长", "行长", "馆长",
+    "社长", "会长", "团长", "连长", "大爷", "大妈", "大哥", "大姐", "师兄", "师姐", "学长", "学姐",
     "总", "工", "董", "哥", "姐"), key=len, reverse=True))
 # Compound surnames (复姓): the two-character surnames of the 百家姓 (Hundred Family Surnames), less the pairs of
 # single surnames it lists side by side at its end (晋楚, 岳帅, 言福, …), plus the northern 呼延 / 拓跋 it also
@@ -86,6 +88,19 @@ _COMPOUND_SURNAMES = (
     "鲜于", "闾丘", "司徒", "司空", "亓官", "司寇", "子车", "颛孙", "端木", "巫马", "公西", "漆雕", "乐正", "壤驷",
     "公良", "拓跋", "夹谷", "宰父", "谷梁", "段干", "百里", "东郭", "南门", "呼延", "归海", "羊舌", "微生", "梁丘",
     "左丘", "东门", "西门", "南宫", "第五", "太史", "独孤")
+# Single-character surnames: those of the 百家姓 (Hundred Family Surnames), with the pairs its end lists side by side
+# (晋楚, 岳帅, …) and common ones it lacks (仝, 覃, 闫, 肖, 付), less 家 (我们家 / 斯琴, 徐家汇). Only ever evidence
+# next to LAC's readings: many are also common words (和, 于, 时, 向)
+_SURNAMES = frozenset(
+    "赵钱孙李周吴郑王冯陈褚卫蒋沈韩杨朱秦尤许何吕施张孔曹严华金魏陶姜戚谢邹喻柏水窦章云苏潘葛奚范彭郎鲁韦昌马苗凤花方"
+    "俞任袁柳酆鲍史唐费廉岑薛雷贺倪汤滕殷罗毕郝邬安常乐于时傅皮卞齐康伍余元卜顾孟平黄和穆萧尹姚邵湛汪祁毛禹狄米贝明"
+    "臧计伏成戴谈宋茅庞熊纪舒屈项祝董梁杜阮蓝闵席季麻强贾路娄危江童颜郭梅盛林刁钟徐邱骆高夏蔡田樊胡凌霍虞万支柯昝管"
+    "卢莫经房裘缪干解应宗丁宣贲邓郁单杭洪包诸左石崔吉钮龚程嵇邢滑裴陆荣翁荀羊於惠甄曲封芮羿储靳汲邴糜松井段富巫乌"
+    "焦巴弓牧隗山谷车侯宓蓬全郗班仰秋仲伊宫宁仇栾暴甘钭厉戎祖武符刘景詹束龙叶幸司韶郜黎蓟薄印宿白怀蒲邰从鄂索咸籍赖"
+    "卓蔺屠蒙池乔阴胥能苍双闻莘党翟谭贡劳逄姬申扶堵冉宰郦雍璩桑桂濮牛寿通边扈燕冀郏浦尚农温别庄晏柴瞿阎充慕连茹习"
+    "宦艾鱼容向古易慎戈廖庾终暨居衡步都耿满弘匡国文寇广禄阙东欧殳沃利蔚越夔隆师巩厍聂晁勾敖融冷訾辛阚那简饶空曾毋沙"
+    "乜养鞠须丰巢关蒯相查后荆红游竺权逯盖益桓公仉督岳帅缑亢况郈有琴归海晋楚闫法汝鄢涂钦商牟佘佴伯赏墨哈谯笪年爱阳佟"
+    "言福仝覃肖付兰谌邸冼揭练苟粟旷芦迟麦战卿庹铁银植檀操凡")
 _NAMING = {"叫", "名叫", "叫做", "姓名", "名字", "是"}  # words after which a name is expected (我叫…, 姓名：…)
 _SKIP = {"：", ":", "是", ""}  # what may sit between a naming word and the name (联系人：…, 对接人是…)
 _FUNCTION_TAGS = {"p", "c", "u", "d", "r", "q", "m", "f", "TIME", "w", "xc"}  # LAC's function-word / non-name tags
@@ -108,7 +123,9 @@ _ROLES = frozenset((
     "表哥", "表姐", "表弟", "表妹", "堂哥", "堂姐", "堂弟", "堂妹", "祖父", "祖母", "外祖父", "外祖母", "岳父",
     "岳母", "公公", "婆婆", "舅妈", "姑父", "姨妈", "姨父", "伯父", "伯母", "叔父", "婶婶", "侄子", "侄女", "外甥",
     "外甥女", "老伴", "老伴儿", "未婚妻", "未婚夫", "男友", "女友", "男朋友", "女朋友", "其父", "其母", "其夫",
-    "其妻", "其子", "其女", "其兄", "其弟", "其姐", "其妹"))
+    "其妻", "其子", "其女", "其兄", "其弟", "其姐", "其妹",
+    # the parties of a marriage or household record, and members of a team or class (男方 / 女方, 户主, 学员)
+    "男方", "女方", "户主", "新郎", "新娘", "学员", "队员", "会员", "选手", "球员", "室友", "舍友", "同桌", "邻居"))
 # Nouns for a person's own details: a name glued to one (张伟电话…) is still a name; glued to any other noun it
 # names a shop or product (张亮麻辣烫, 李宁运动鞋)
 _DETAILS = ("电话", "手机", "邮箱", "邮件", "身份证", "证件", "地址", "微信", "工号", "本人", "态度", "座机")
@@ -123,6 +140,15 @@ REREADS = 32  # most extra LAC readings (a word alone or in "我叫…。") one 
 _SLOT_WORDS = re.compile("|".join(sorted(_ROLES | _TAKES_PERSON, key=len, reverse=True)))
 _HOUSEHOLD = "家氏府"  # a surname and one of these is a household or clan (慕容家, 王氏), not a person
 _FAMILIAR = "小老"  # no surname in use is written 小 or 老: 小鱼儿, 老凤祥, 小陈 + 刚 are nicknames, brands, address
+# ... nor a numeral or 胖 / 瘦 / 傻: a word starting with one is a nickname (二狗子, 三胖, 胖虎); 第五 is a compound
+# surname, and 万 / 伍 / 陆 are surnames but not these numerals
+_NICKNAME_HEADS = "一二三四五六七八九十两胖瘦傻"
+# Places named after a family (徐家汇, 曹家渡, 马家堡, 石家庄, 张家口): a surname, 家 and a landform or settlement
+# character; LAC tags some PER, and no given name is 家 and one of these
+_PLACE_ENDS = "汇渡堡庄湾坡村桥嘴坝营屯沟岭洼滩浜埠寨铺峪窝塘集口港坪巷墩圩岗坳窑"
+# Two-character time words: a name ends where one starts (庞建波 / 明早, 孙立 / 明天; LAC glues 明 or 明天 on)
+_TIMES = frozenset(("明天", "明早", "明晚", "明日", "明年", "今天", "今早", "今晚", "今日", "今年", "昨天", "昨晚",
+                    "昨日", "前天", "后天", "去年", "上午", "下午", "中午", "晚上", "早上"))
 _LOCK = threading.Lock()
 _LOADED: _Recognisers | None = None
 
@@ -265,9 +291,11 @@ class _Recognisers:
                 return 16 <= len(digits) <= 19 and bool(luhn.is_valid(digits)) and not resident_id(digits)
 
         # 18 characters, written whole or grouped by spaces or hyphens as forms print them: area code, birth date,
-        # serial (6-8-4: 440106 19901223 2318), or the date split in year and month-day (6-4-4-4)
+        # serial (6-8-4: 440106 19901223 2318), or the date split in year and month-day (6-4-4-4); or in fours as a
+        # card number is written (4-4-4-4-2: 4401 0619 9012 2323 18, one separator throughout)
         id_shape = Pattern("18 characters",
-                           r"(?<![0-9A-Za-z])\d{6}[ -]?\d{4}[ -]?\d{4}[ -]?\d{3}[0-9Xx](?![0-9A-Za-z])", 0.3)
+                           r"(?<![0-9A-Za-z])(?:\d{6}[ -]?\d{4}[ -]?\d{4}[ -]?\d{3}[0-9Xx]"
+                           r"|\d{4}([ -])\d{4}\1\d{4}\1\d{4}\1\d[0-9Xx])(?![0-9A-Za-z])", 0.3)
         email = Email(supported_language="zh")
         email.global_regex_flags = ascii_flags
         resident = ResidentId(
@@ -373,9 +401,18 @@ class _Recognisers:
         tagged = self.lac.run(text)
         return tagged[0][1] if len(tagged) == 1 else None
 
-    def named(self, text: str) -> bool:
-        """Whether LAC reads `text` as one person's name where a name is expected ("我叫…。"), or on its own."""
-        return (text, "PER") in self.lac.run(f"我叫{text}。") or self.alone(text) == "PER"
+    def named(self, text: str, surname: bool = False) -> bool:
+        """Whether LAC reads `text` as one person's name where a name is expected ("我叫…。"), or on its own;
+        `surname`: or there reads its first character alone as a name (a surname it knows, 仝) and the rest as
+        words that are no function words (a given name it does not know: 仝 / 建军)."""
+        read = self.lac.run(f"我叫{text}。")
+        if (text, "PER") in read:
+            return True
+        rest = read[3:-1]
+        if (surname and len(read) > 3 and read[:3] == [("我", "r"), ("叫", "v"), (text[:1], "PER")]
+                and "".join(w for w, _ in rest) == text[1:] and all(t not in _FUNCTION_TAGS for _, t in rest)):
+            return True
+        return self.alone(text) == "PER"
 
     def persons(self, text: str, words: list[tuple[int, int, str]],
                 lattices: list[_Lattice] | None = None) -> list[Found]:
@@ -432,7 +469,16 @@ class _Recognisers:
           surname's first character to a role word before it (其父公 / 孙长林), and a whole name to the role word
           or verb before it (原 / 告伍 / 佳音, 转 / 告许文博): from where the role word ends (found in the text,
           one regex pass) the name is tried on the lattice and a naming reading, within MARGINS and REREADS;
-        - a word opening a clause or after 的 right before 说 is in a name's slot (值班的高峰说).
+        - a word opening a clause or after 的 right before 说 is in a name's slot (值班的高峰说);
+        - surnames LAC reads apart from the given name: alone as PER (晁 / 永红), as a preposition (向 / 晓东), glued
+          to the noun before (六班房 / 佳慧), or as a word it does not know as a surname (仝 d / 建军 v, 管立 / 群):
+          the surname (a 百家姓 character, `_SURNAMES`) and the given name are one name when a naming reading (and,
+          outside a name's slot, the lattice) says so; a role word with a colon after it (被告：) is a name's slot;
+        - a name ends where a time word starts (庞建波明 / 早, 孙立明天生 / 日); a one-character season LAC tags TIME
+          is a given name's last character (叶知 / 秋) when the lattice and a naming reading agree;
+        - nicknames (二狗子, 胖虎: no surname is a numeral or 胖), places named after a family (徐家汇), a Latin name
+          with a Han title (Nolan哥, the English tagger's), a name counted as goods (一盒王守义十三香) or a shop used
+          as a landmark (杨国福麻辣烫楼上) are no names.
 
         Not done: names LAC reads as ordinary words outside any slot (值班的高峰说), the word sense of a name that
         LAC tags PER (下着白雪), and a name LAC cuts across two words with a function tag (任 / 重).
@@ -449,8 +495,8 @@ class _Recognisers:
         def reread(start: int, end: int) -> str | None:
             return self.alone(text[start:end]) if spend() else None
 
-        def named(start: int, end: int) -> bool:
-            return spend() and self.named(text[start:end])
+        def named(start: int, end: int, surname: bool = False) -> bool:
+            return spend() and self.named(text[start:end], surname)
 
         def any_part_named(start: int, end: int) -> bool:
             return spend() and any(t == "PER" for _, t in self.lac.run(text[start:end]))
@@ -471,6 +517,22 @@ class _Recognisers:
 
         def piece(k: int) -> bool:  # a part of a transliterated name: LAC may call it a place (艾山) or a verb
             return han_word(k, _NOT_PIECES)
+
+        def given(k: int) -> list[tuple[int, int]]:
+            """(end, last word) of each run of glued Han words after word k, a surname or a surname and a character,
+            that could be (the rest of) its given name (2-3 characters in all, longest first): no numeral, particle,
+            role or title, and no one-character verb, adverb or function word (王 / 说)."""
+            runs, m = [], k
+            while (m + 1 < len(words) and words[k][1] - words[k][0] < 3 and words[m + 1][0] == words[m][1]
+                   and words[m + 1][1] - words[k][0] <= 3 and han(words[k][0], words[m + 1][1])
+                   and words[m + 1][2] not in _NOT_PIECES):
+                m += 1
+                piece_text = text[words[m][0]:words[m][1]]
+                if (piece_text in _ROLES or piece_text in _TITLES
+                        or (len(piece_text) == 1 and words[m][2] in _FUNCTION_TAGS | {"v", "a", "d"})):
+                    break
+                runs.append((words[m][1], m))
+            return runs[::-1]
 
         def compound(k: int, start: int, end: int) -> tuple[int, int, int] | None:
             """A PER word next to a compound surname (呼延 / 晓雯; 欧阳 alone, then its given name), as the whole
@@ -532,13 +594,14 @@ class _Recognisers:
                     # part and that word, read alone, are one PER word
                     # (or the name is a Han run standing alone in Latin text, which ends where the Han run does)
                     last = max(text.rfind(d, start, end) for d in _DOTS) + 1
-                    if j + 1 < len(words) and words[j + 1][0] == end and piece(j + 1):
+                    # (in Latin text, whatever LAC tags the Han words after it: …·吐尔 / 地 (u))
+                    if j + 1 < len(words) and words[j + 1][0] == end and han_word(j + 1, set()):
                         m = j + 1
-                        while m + 1 < len(words) and words[m + 1][0] == words[m][1] and piece(m + 1):
+                        while m + 1 < len(words) and words[m + 1][0] == words[m][1] and han_word(m + 1, set()):
                             m += 1
                         if words[m][1] - end <= 4 and _alone_in_latin(text, start, words[m][1]):
                             j, end = m, words[m][1]
-                        elif reread(last, words[j + 1][1]) == "PER":
+                        elif piece(j + 1) and reread(last, words[j + 1][1]) == "PER":
                             j, end = j + 1, words[j + 1][1]
                     out.append(Found("PERSON", start, end, LEXICAL))
                     used.update(range(k, j + 1))
@@ -589,6 +652,33 @@ class _Recognisers:
                     k = last + 1
                     continue
                 end = _untitled(text, start, end)
+                # a Latin name with a Han title (Nolan哥, Kevin经理) is the English tagger's to find
+                if not has_han(text[start:end - (text[end - 1] in _TITLES)]):
+                    k += 1
+                    continue
+                # a name ends where a time word starts (庞建波明 / 早, 孙立明天生 / 日: LAC glues 明天 on)
+                end = next((i for i in range(start + 2, end) if text[i:i + 2] in _TIMES), end)
+                # a surname LAC tags alone (晁 / 永红): the glued given name joins when the lattice and a naming
+                # reading both read the whole as a name
+                if end - start == 1 and end == words[k][1]:
+                    grown = next(((stop, m) for stop, m in given(k) if close(start, stop) and named(start, stop)),
+                                 None)
+                    if grown is not None:
+                        out.append(Found("PERSON", start, grown[0], LEXICAL))
+                        k = grown[1] + 1
+                        continue
+                # a given name whose surname LAC reads apart, as a preposition (向 / 晓东) or glued to the noun
+                # before (六班房 / 佳慧; not a verb's end, 证明 / 黎曼): the surname joins when a naming reading reads
+                # the whole as a name and, for a word of its own, the lattice does too
+                if (end - start == 2 and start == words[k][0] and k > 0 and words[k - 1][1] == start
+                        and text[start - 1] in _SURNAMES and words[k - 1][2] not in {"w", "xc", "m", "q", "u"}
+                        and not any(f.start < start and start - 1 < f.end for f in out)
+                        and text[words[k - 1][0]:start] not in _ROLES | _TAKES_PERSON | _NAMING
+                        and text[words[k - 1][0]:start] not in _TITLES
+                        and (close(start - 1, end) and not (k > 1 and words[k - 2][2] == "r")
+                             if start - words[k - 1][0] == 1 else words[k - 1][2] in {"n", "nz"})
+                        and named(start - 1, end)):
+                    start -= 1
                 if _addressed(text, start, end) or _in_handle(text, start):
                     k += 1
                     continue
@@ -605,21 +695,35 @@ class _Recognisers:
                 # (pieces LAC reads as names, nouns, places or a one-character pronoun: never a verb, adverb,
                 # conjunction or particle, 宋佳和…, 方圆刚入职)
                 m, last = k, k
+                # (or a one-character time word, 叶知 / 秋: a season is a given name's character; then a naming
+                # reading of the whole counts, as the piece read alone is a time word)
                 while (m + 1 < len(words) and words[m + 1][0] == words[m][1] and han(start, words[m + 1][1])
                        and words[m + 1][1] - start <= LONGEST and end == words[k][1]
-                       and words[m + 1][2] in _NAME_PIECES):
+                       and (words[m + 1][2] in _NAME_PIECES
+                            or (words[m + 1][2] == "TIME" and words[m + 1][1] - words[m + 1][0] == 1))):
                     m += 1
                     piece_text = text[words[m][0]:words[m][1]]
-                    if piece_text in _ROLES or piece_text in _TITLES:
-                        break  # 李明 / 妈妈: the parent of 李明, not a longer name
+                    if piece_text in _ROLES or piece_text in _TITLES or text[words[m][0]:words[m][0] + 2] in _TIMES:
+                        break  # 李明 / 妈妈: the parent of 李明, not a longer name; 冯建波 / 明 / 早: tomorrow morning
                     if (_untitled(text, start, words[m][1]) == words[m][1] and words[m][2] != "r"
-                            and close(start, words[m][1]) and reread(*words[m][:2]) in _NAME_READINGS):
+                            and close(start, words[m][1])
+                            and (named(start, words[m][1]) if words[m][2] == "TIME"
+                                 else reread(*words[m][:2]) in _NAME_READINGS)):
                         last = m
                 if last > k:
                     end, k = words[last][1], last
                 out.append(Found("PERSON", start, end, LEXICAL))
                 k += 1
                 continue
+            # a surname LAC does not read as one (仝 / 建军, 查 / 宇轩, 管立 / 群) in a name's slot: the glued given
+            # name joins when a naming reading reads the whole, or its first character alone, as a name
+            if end - start <= 2 and text[start] in _SURNAMES and tag not in _NOT_NAMES:
+                grown = next(((stop, m) for stop, m in given(k) if _name_slot(text, words, k, stop, out)
+                              and named(start, stop, surname=True)), None)
+                if grown is not None:
+                    out.append(Found("PERSON", start, grown[0], LEXICAL))
+                    k = grown[1] + 1
+                    continue
             # candidate ends: the word itself (2-4 Han characters), or, from a compound surname, the end of any
             # following word 3-4 characters from its start (上 / 官子墨 → 上官子墨); longest first
             ends = [end] if 2 <= end - start <= 4 and han_word(k) else []
@@ -659,7 +763,8 @@ class _Recognisers:
                 continue
             for stop in (p + 4, p + 3, p + 2):
                 if (stop in ends_at and han(p, stop) and _untitled(text, p, stop) == stop
-                        and text[p:stop] not in _ROLES and close(p, stop) and named(p, stop)):
+                        and text[p:stop] not in _ROLES and (close(p, stop) or text.startswith(_COMPOUND_SURNAMES, p))
+                        and named(p, stop)):
                     out.append(Found("PERSON", p, stop, LEXICAL))
                     break
         return sorted((f for f in out if not _no_person(text, f.start, f.end)), key=lambda f: f.start)
@@ -740,15 +845,17 @@ def _surname_length(text: str, start: int) -> int:
 
 def _no_person(text: str, start: int, end: int) -> bool:
     """A span the rules found that is no person's name, whichever rule found it: inside an @-handle (@慕容追风), a
-    familiar form (小 / 老 and a name or nickname: 小鱼儿, 小陈 + 刚; or a shop: 老凤祥), or a surname with 家 / 氏 /
-    府 (慕容家, the Murong household). Interpunct-joined names are transliterations, which these forms do not
-    touch."""
+    familiar form (小 / 老 and a name or nickname: 小鱼儿, 小陈 + 刚; or a shop: 老凤祥), a nickname (二狗子, 胖虎), a
+    place named after a family (徐家汇), or a surname with 家 / 氏 / 府 (慕容家, the Murong household).
+    Interpunct-joined names are transliterations, which these forms do not touch."""
     if _in_handle(text, start):
         return True
     if any(c in _DOTS for c in text[start:end]):
         return False
-    return text[start] in _FAMILIAR or (end - start == _surname_length(text, start) + 1
-                                        and text[end - 1] in _HOUSEHOLD)
+    if end - start == 3 and text[start + 1] == "家" and text[end - 1] in _PLACE_ENDS:
+        return True  # a place named after a family (徐家汇, 曹家渡)
+    return text[start] in _FAMILIAR + _NICKNAME_HEADS or (end - start == _surname_length(text, start) + 1
+                                                         and text[end - 1] in _HOUSEHOLD)
 
 
 def _not_a_name(text: str, words: list[tuple[int, int, str]], k: int, start: int, end: int,
@@ -815,18 +922,23 @@ def _latin_before(text: str, start: int) -> bool:
 
 def _branded(text: str, words: list[tuple[int, int, str]], k: int, end: int) -> bool:
     """PER word k, glued to a following noun that is no title, role or personal detail, names a shop or product
-    (张亮麻辣烫, 李宁运动鞋, 王守义十三香): a founder's name used as a brand. Not after a role or title word (经理秦浩
-    态度很差), where the name is someone's."""
+    (张亮麻辣烫, 李宁运动鞋, 一盒王守义十三香): a founder's name used as a brand. Not after a role or title word
+    (经理秦浩态度很差), where the name is someone's."""
     j = k + 1
-    if j >= len(words) or words[k][1] != end or words[j][0] != end or words[j][2] not in {"n", "nz", "nw"}:
+    # a quantity of something before the name (一盒王守义十三香, 一家杨国福麻辣烫; not 一位 / 一名, which count
+    # people): the noun after it may be one LAC reads as a numeral (十三香)
+    counted = k > 0 and words[k - 1][2] == "m" and words[k - 1][1] == words[k][0] and has_han(
+        text[words[k - 1][0]:words[k - 1][1]]) and text[words[k - 1][1] - 1] not in "位名个人"
+    if j >= len(words) or words[k][1] != end or words[j][0] != end or words[j][2] not in {
+            "n", "nz", "nw", *(("m",) if counted else ())}:
         return False
     after = text[words[j][0]:words[j][1]]
     if len(after) < 2 or not has_han(after) or after in _TITLES or after in _ROLES or after.startswith(_DETAILS):
         return False
     # the name and the noun are a whole noun phrase (a clause, a list item or a quantity ends it: 张亮麻辣烫，
-    # 李宁运动鞋一双); a name followed by its attribute goes on with what is said of it (鲁迅原名周树人, 钟南山院士
-    # 在…, 王鹏本赛季的…)
-    if j + 1 < len(words) and words[j + 1][2] not in {"w", "c", "m", "q"}:
+    # 李宁运动鞋一双), or a place word follows it (杨国福麻辣烫楼上, a shop as a landmark); a name followed by its
+    # attribute goes on with what is said of it (鲁迅原名周树人, 钟南山院士在…, 王鹏本赛季的…)
+    if j + 1 < len(words) and words[j + 1][2] not in {"w", "c", "m", "q", "f", "s"}:
         return False
     before = text[words[k - 1][0]:words[k - 1][1]] if k > 0 else ""
     return not (before in _ROLES or before in _TITLES or before.endswith("人"))
@@ -859,15 +971,19 @@ def _after_naming(text: str, words: list[tuple[int, int, str]], k: int) -> bool:
 
 def _name_slot(text: str, words: list[tuple[int, int, str]], k: int, end: int, names: list[Found] | None = None,
                titles: bool = True) -> bool:
-    """Words k.. up to `end` sit where a name goes: after a naming word, a role or kinship word (护士, 房东) or a
-    verb or preposition whose object or agent is a person (由…接手, 转告, 联系), right before a title word (上官文博
+    """Words k.. up to `end` sit where a name goes: after a naming word, a role or kinship word (护士, 房东; 原告：) or
+    a verb or preposition whose object or agent is a person (由…接手, 转告, 联系), right before a title word (上官文博
     律师) or a bracketed number (任重（1401…）), or next to a 、 or 和 in a list with a PER word or a name already
     found in the same clause (周一张三、周二李四; 冷静和白露), looking LIST_REACH words either way at most.
     `titles` False: not the slot before a title word."""
     if _after_naming(text, words, k):
         return True
     before = text[words[k - 1][0]:words[k - 1][1]].strip() if k > 0 else ""
-    if before in _ROLES or before in _TITLES or before in _TAKES_PERSON:
+    j = k - 1  # a role word with a colon after it heads a field (原告：…, 被告：…)
+    while j > 0 and k - j <= 2 and text[words[j][0]:words[j][1]].strip() in {"：", ":", ""}:
+        j -= 1
+    role = text[words[j][0]:words[j][1]].strip() if j >= 0 else ""
+    if before in _ROLES or before in _TITLES or before in _TAKES_PERSON or role in _ROLES:
         return True
     if re.match(r"\s*[(（]\s*\d", text[end:]):  # a name with its number in brackets after it: 任重（1401…）
         return True
@@ -913,9 +1029,13 @@ def load() -> _Recognisers:
 def find(text: str) -> list[Found]:
     """Every span the libraries find, without overlaps: validated numbers first (resident id, bank card, e-mail,
     phone), then resident-id-shaped numbers whose check digit failed (INVALID_ID: no answer, but a veto on the
-    tagger's spans), then LAC's addresses and names where no number lies; sorted by start."""
+    tagger's spans), then LAC's addresses and names where no number lies, then names in Latin letters in a Chinese
+    sentence (`romanized`: LAC reads no Latin, the English tagger finds half of such a name); sorted by start."""
+    from . import romanized
+
     loaded = load()
-    return resolve([*loaded.numbers(text), *loaded.names(text)])
+    latin = [Found("PERSON", n.start, n.end, LEXICAL) for n in romanized.find(text)]
+    return resolve([*loaded.numbers(text), *loaded.names(text), *latin])
 
 
 def resolve(candidates: list[Found]) -> list[Found]:

@@ -157,6 +157,19 @@ def test_a_resident_id_in_6_8_4_or_6_4_4_4_groups_is_found_and_a_bad_one_is_not(
     assert "CN_RESIDENT_ID" not in found(f"证件号码：{bad}。")
 
 
+def test_a_resident_id_in_4_4_4_4_2_groups_is_found_whole_before_a_bank_card_and_a_bad_one_is_not() -> None:
+    x_id = "11010519900307195X"  # valid check digit X; its first 16 digits pass Luhn, as a card number's would
+    assert ric.calc_check_digit(x_id) == "X" and luhn.is_valid(x_id[:16])
+    for number in (VALID_ID, x_id):
+        for sep in (" ", "-"):
+            grouped = sep.join((number[:4], number[4:8], number[8:12], number[12:16], number[16:]))
+            got = found(f"身份证号：{grouped}，请核对。")
+            assert got == {"CN_RESIDENT_ID": [grouped]}, got
+    bad = " ".join((BAD_ID[:4], BAD_ID[4:8], BAD_ID[8:12], BAD_ID[12:16], BAD_ID[16:]))
+    assert "CN_RESIDENT_ID" not in found(f"证件号码：{bad}。")
+    assert found(f"身份证号{VALID_ID}")["CN_RESIDENT_ID"] == [VALID_ID]  # the whole form still reads
+
+
 def test_a_sentence_with_han_characters_is_told_apart_from_an_english_one_in_the_same_text() -> None:
     text = "请回电。Call 555 0134 today"
     assert pii_zh.in_han_sentence(text, 0, 3)
@@ -475,3 +488,42 @@ def test_a_threshold_above_the_lexical_score_drops_names_but_keeps_validated_num
         http: httpx.Client, threshold: float) -> None:
     got, _ = spans(http, "联系人刘芳芳，手机15267891234", {**PII, "threshold": threshold})
     assert [(s["label"], s["text"]) for s in got] == [("PHONE_NUMBER", "15267891234")]
+
+
+def test_a_name_ends_where_a_time_word_starts() -> None:
+    assert persons("外公孙立明天生日") == ["孙立"]  # LAC: 孙立明天生 / 日; 明天 is "tomorrow"
+    assert persons("让范建波明早带过去。") == ["范建波"]  # LAC: 范建波明 / 早
+    assert persons("原件让冯建波明早带到公司。") == ["冯建波"]  # LAC: 冯建波 / 明 / 早: 明 is no name piece
+
+
+def test_a_surname_lac_reads_apart_from_its_given_name_joins_it() -> None:
+    assert persons("原告：晁志刚，被告：管立群。") == ["晁志刚", "管立群"]  # 管立 / 群 after a role and a colon
+    assert persons("丈夫仝建军，身份证见附件。") == ["仝建军"]  # LAC: 仝 d / 建军 v; "我叫仝建军。": 仝 PER
+    assert persons("户主查宇轩由监护人代签。") == ["查宇轩"]  # LAC: 查 v / 宇轩 n
+    assert persons("名单：王芳、向晓东、李强。") == ["王芳", "向晓东", "李强"]  # LAC: 向 p / 晓东 PER
+    assert persons("请二班房佳慧同学到办公室。") == ["房佳慧"]  # LAC: 二 / 班房 / 佳慧
+    assert persons("证明黎曼猜想。") == ["黎曼"]  # 明 ends the verb 证明, not a surname
+
+
+def test_a_season_lac_cuts_off_a_given_name_joins_it() -> None:
+    assert persons("请转告叶知秋下午来。") == ["叶知秋"]  # LAC: 叶知 PER / 秋 TIME
+
+
+def test_a_name_after_a_quantity_or_before_a_shops_place_word_is_a_brand() -> None:
+    assert persons("给爷爷带了一盒王守义十三香。") == []  # 十三香 read as a numeral
+    assert persons("最后选了杨国福麻辣烫楼上那套。") == []
+
+
+def test_nicknames_places_named_after_a_family_titles_and_latin_names_with_a_han_title_are_no_chinese_names(
+) -> None:
+    for text in ("胖虎：今晚开黑吗", "二狗子：我带零食", "本案由王法官主持调解。", "Nolan哥说周六聚餐。"):
+        assert persons(text) == [], text
+    assert persons("周末逛了徐家汇和曹家渡，下个月去看老同学阚永亮。") == ["阚永亮"]
+
+
+def test_a_transliterated_name_standing_in_latin_text_runs_to_the_end_of_its_han_run() -> None:
+    assert persons("收货人 阿卜杜萨拉木·吐尔地 +86 189 9912 4076") == ["阿卜杜萨拉木·吐尔地"]  # LAC: ·吐尔 / 地 u
+
+
+def test_a_compound_surname_name_glued_to_the_role_word_before_it_is_found() -> None:
+    assert persons("申请人宗政言，身份证见附件。") == ["宗政言"]  # LAC: 申请人宗 / 政言

@@ -47,6 +47,7 @@ from ..pii_zh import TYPES as LIBRARY_TYPES
 from ..pii_zh import find as find_pii
 from ..pii_zh import load as load_pii
 from ..questions import Option, Question, QuestionError
+from ..romanized import given_names
 from ..state import View
 from .base import Ask, Context, Family, FamilyError, Params, Phases
 
@@ -97,6 +98,7 @@ _TRUNCATE = Question("", "noul", "", overflow="truncate")  # how a part compared
 
 
 # An honorific before a lone surname (Mr. Lee, Dr Chen) addresses someone; like 王经理 it is no name by itself
+_GIVEN_BEFORE = re.compile(r"(?<![A-Za-z0-9@._\-])([A-Z][a-z]+) $")
 _HONORIFIC = re.compile(r"(?:^|(?<=[^A-Za-z]))(?:Mr|Mrs|Ms|Miss|Mx|Dr|Prof)\.?\s*$")
 
 
@@ -529,7 +531,12 @@ class ZeroShot(Family):
                 last["end"], last["text"] = s.end, text[last["start"]:s.end]
                 last["probability"] = round(min(last["probability"], s.probability), 6)
                 continue
-            spans.append({"label": label, "start": s.start, "end": s.end, "text": text[s.start:s.end],
+            start = s.start
+            # an English given name the tagger left out before the surname it found (Maria Gonzalez → Gonzalez)
+            given = _GIVEN_BEFORE.search(text, 0, start)
+            if given is not None and s.label in LIBRARY_TYPES["PERSON"] and given.group(1) in given_names():
+                start = given.start(1)
+            spans.append({"label": label, "start": start, "end": s.end, "text": text[start:s.end],
                           "probability": round(s.probability, 6)})
         # A library span beats a tagger fragment over it (`.wei` of an e-mail, a mobile number called TAX_ID, an
         # 18-digit number whose resident-id check digit fails), whether or not the question asked for the library
