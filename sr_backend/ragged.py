@@ -90,7 +90,9 @@ class RaggedRunner:
         self.engine: Engine = OrtEngine(engine) if isinstance(engine, ort.InferenceSession) else engine
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_rows = max_batch_rows
-        self.buckets = (DEFAULT_BUCKETS if bounded() else None) if isinstance(buckets, str) else buckets
+        if isinstance(buckets, str):  # "default": the engine's own buckets where it names them
+            buckets = (self.engine.shape_memory or DEFAULT_BUCKETS) if bounded() else None
+        self.buckets = buckets
         self.per_token = self.engine.per_token
         self.inputs = self.engine.inputs
 
@@ -142,6 +144,15 @@ class RaggedRunner:
         return sorted({(self.buckets.most_rows(min(self.max_batch_tokens // w, cap)), w) for w in (widest, narrowest)},
                       key=lambda s: -s[1])
 
+    def every_shape(self, max_width: int) -> list[tuple[int, int]]:
+        """Every (rows, width) chunk shape the buckets allow within the token and row budgets, largest first."""
+        if self.buckets is None:
+            return []
+        cap = self.max_batch_rows or self.max_batch_tokens
+        return sorted(((r, w) for w in self.buckets.widths(min(max_width, self.max_batch_tokens))
+                       for r in self.buckets.counts(min(cap, self.max_batch_tokens // w))),
+                      key=lambda s: (-s[0] * s[1], -s[1]))
+
     def warm(self, max_width: int) -> list[tuple[int, int]]:
         """Run `warm_shapes` once, before the first request. An engine sizes its activation buffers by the largest
         chunk it has seen and keeps them (OpenVINO's memory manager grows, never shrinks), so without this an
@@ -149,8 +160,11 @@ class RaggedRunner:
         OpenVINO fp32, in-process, 40 MiB of heap in use after loading, 252 after its largest chunk, 262 after every
         other bucketed chunk of its budget too (369 shapes), and no more after a second pass over them; served, two
         steps of +12 and +27 MiB 17 and 27 minutes into a soak (docs/benchmarks.md, "Memory under a soak"). Warmed,
-        the memory an instance holds once ready is its plateau. Unbucketed (SR_BACKEND_UNBOUNDED=1), nothing runs."""
-        shapes = self.warm_shapes(max_width)
+        the memory an instance holds once ready is its plateau. An engine that keeps memory per shape
+        (`Engine.shape_memory`) runs every shape of its buckets instead, so that memory is taken at load too.
+        Unbucketed (SR_BACKEND_UNBOUNDED=1), nothing runs."""
+        every = self.engine.shape_memory is not None and self.buckets is self.engine.shape_memory
+        shapes = self.every_shape(max_width) if every else self.warm_shapes(max_width)
         for rows, width in shapes:
             ids = np.ones((rows, width), dtype=np.int64)  # id 1 is in every vocabulary; the values do not matter
             feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}

@@ -15,6 +15,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from .ort_gpu import GpuRequest
+    from .shapes import Buckets
 
 ENGINES = ("onnxruntime", "openvino", "torch")
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -35,6 +36,10 @@ class Engine(Protocol):
     precision: str
     inputs: frozenset[str]
     per_token: bool
+    # An engine that keeps memory for every input shape it has run names the buckets it runs with, and the runner
+    # runs every shape of them before the first request (RaggedRunner.warm); None: the default buckets, and only
+    # the largest chunks warmed, as nothing else grows per shape.
+    shape_memory: Buckets | None
 
     def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray: ...
 

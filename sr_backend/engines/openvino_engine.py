@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import EngineError
-from .shapes import bounded, per_token_output
+from .shapes import Buckets, bounded, per_token_output
 
 # The CPU plugin keeps compiled kernels per input shape in a runtime cache of 5,000 entries by default: under
 # ragged traffic that is a new entry per (rows, width), about 2-3 MB each, and gigabytes per instance (issue 23).
@@ -42,6 +42,7 @@ class OpenVinoEngine:
     entries (docs/benchmarks.md "Memory under a soak")."""
 
     name = "openvino"
+    shape_memory: Buckets | None = None  # its kernel cache is capped (above)
 
     def __init__(self, compiled: Any, precision: str, inputs: frozenset[str], per_token: bool) -> None:
         self.compiled = compiled

@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .heap import fix_mmap_threshold
-from .shapes import bounded, per_token_output
+from .shapes import Buckets, bounded, per_token_output
 
 
 def run_options() -> ort.RunOptions | None:
@@ -51,6 +51,7 @@ class OrtEngine:
     batches, 86 and 80 batches without it, 88 and 73 with it (a shared 2-core host). So the threshold is fixed."""
 
     name = "onnxruntime"
+    shape_memory: Buckets | None = None  # its arena shrinks after every run (above)
 
     def __init__(self, session: ort.InferenceSession, precision: str = "fp32") -> None:
         self.session = session

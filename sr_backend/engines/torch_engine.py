@@ -14,7 +14,7 @@ import numpy as np
 from . import EngineError
 from .heap import malloc_trim
 from .host import detect
-from .shapes import per_token_output
+from .shapes import COARSE_BUCKETS, Buckets, per_token_output
 
 
 def program_path(onnx: Path) -> Path:
@@ -32,7 +32,19 @@ class TorchEngine:
     per new bucketed shape with the default cache and 0.37 with capacity 0, and a second pass over the same shapes
     adds nothing in either, so the growth is bounded by the bucket set; but capacity 0 recompiles every primitive on
     every forward: 12.2 vs 20.3 rows/s side by side (1 thread, same random batches, 150 s). So it keeps its
-    default, unlike OpenVINO's engine, where 0 costs nothing."""
+    default, unlike OpenVINO's engine, where 0 costs nothing.
+
+    Bounded is not flat: served, bf16 kept rising for 30 minutes as traffic brought shapes it had not run
+    (docs/benchmarks.md). So at bf16 the engine names `shape_memory` and the runner runs every shape at load.
+    MiniLM, 1 thread, AMD EPYC with AVX512-BF16, 2026-12-03: every shape of the default buckets (369 within 8,192
+    tokens) takes the heap from 219 to 347 MiB (0.36 MiB a shape) and about 2.5 minutes to run once, too long a
+    start; the coarser steps of `COARSE_BUCKETS` (144 shapes of up to 512 tokens and as many rows as their lengths
+    list) take it from 207 to 262 MiB in 42 s, and a second pass adds nothing. Every shape a chunk can have (153 for
+    MiniLM's 256-token window, the long runs of short rows included) takes about 55 s at load; after it, 40 ragged
+    batches add 0.0 MiB, against 24.4 MiB with only the largest chunk warmed (tests/gateway/test_memory_bounds.py).
+    The coarser padding costs 6 % of the default buckets' speed (35.8 vs 38.2 rows/s, random ragged batches, sides
+    interleaved, 240 s; `tools.soak ab`). fp32 keeps 0.03 MiB a shape (120 shapes: 210 → 213 MiB), so it
+    keeps the default buckets and warms only the largest chunks, as the other engines do."""
 
     name = "torch"
 
@@ -43,6 +55,7 @@ class TorchEngine:
         self.inputs = frozenset(inputs)
         self.per_token = per_token
         self.trim = malloc_trim()
+        self.shape_memory: Buckets | None = COARSE_BUCKETS if precision == "bf16" else None
 
     @classmethod
     def from_file(cls, onnx: Path, precision: str, threads: int) -> TorchEngine:

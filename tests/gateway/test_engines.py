@@ -375,6 +375,7 @@ class _ShapeLog:
 
     per_token = False
     inputs = frozenset({"input_ids", "attention_mask"})
+    shape_memory = None
 
     def __init__(self) -> None:
         self.shapes: set[tuple[int, ...]] = set()

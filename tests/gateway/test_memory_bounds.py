@@ -137,3 +137,45 @@ def test_onnx_runtime_gives_each_runs_activations_back_to_the_os_not_only_to_gli
     # what the fix prevents, so this test can fail (measured: 91.6 → 112.1 MiB, the fixed side 54.7 → 55.0)
     default = _ort_probe("glibc-default", 20)
     assert default["after"] > fixed["after"] + 24, (default, fixed)
+
+
+_TORCH_PROBE = """
+import json, sys
+import numpy as np
+from sr_backend.engines import load_engine
+from sr_backend.ragged import RaggedRunner, Row
+from tools.soak import ROOT, heap_in_use, random_rows
+onnx = ROOT / "model_repository" / "all-minilm-l6-v2" / "1" / "model.onnx"
+runner = RaggedRunner(load_engine("torch", "bf16", onnx, 1))
+rng = np.random.default_rng(11)
+if sys.argv[1] == "warm":
+    runner.warm(256)
+else:
+    runner.run([Row(np.ones(256, dtype=np.int64)) for _ in range(32)])  # the largest chunk only
+warmed = heap_in_use()
+for k in range(40):  # ragged traffic: 1-32 rows of 8-128 tokens, every fourth batch up to 256
+    runner.run(random_rows(rng, high=256 if k % 4 == 0 else 128))
+print(json.dumps({"warmed": warmed, "after_traffic": heap_in_use()}))
+"""
+
+
+def _torch_probe(mode: str) -> dict[str, float]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SR_BACKEND_UNBOUNDED", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")}
+    done = subprocess.run([sys.executable, "-c", _TORCH_PROBE, mode], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=900, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_pytorch_bf16_takes_every_shapes_memory_at_load_so_traffic_adds_none() -> None:
+    """PyTorch bf16 keeps about 0.36 MiB per input shape it has run (oneDNN's primitives), so served it kept rising
+    for 30 minutes as traffic brought new shapes; warmed over every shape of its coarse buckets at load
+    (TorchEngine.shape_memory), ragged traffic afterwards adds nothing. Measured (MiniLM, 1 thread, AMD EPYC with
+    AVX512-BF16, 2026-12-03): warmed, +0.0 MiB after the traffic below (78 s in all); warmed with the largest chunk
+    only, +24.4 MiB."""
+    if not detect().native_bf16:
+        pytest.skip("this CPU has no native bf16 (the engine refuses it)")
+    if not (ROOT / "model_repository" / "all-minilm-l6-v2" / "1" / "model.pt2").is_file():
+        pytest.fail("model repository is not built with its PyTorch program: run `make models`")
+    warm = _torch_probe("warm")
+    assert warm["after_traffic"] - warm["warmed"] < 2.0, warm
+

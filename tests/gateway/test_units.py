@@ -204,6 +204,7 @@ def test_warming_runs_the_widest_chunk_and_the_one_with_most_rows_that_the_limit
     class Graph:
         per_token = False
         inputs = frozenset({"input_ids", "attention_mask"})
+        shape_memory = None
 
         def __init__(self) -> None:
             self.shapes: list[tuple[int, ...]] = []
@@ -218,3 +219,39 @@ def test_warming_runs_the_widest_chunk_and_the_one_with_most_rows_that_the_limit
     assert RaggedRunner(graph, 8192).warm_shapes(256) == [(32, 256), (1024, 8)]  # type: ignore[arg-type]
     assert RaggedRunner(graph, 8192, max_batch_rows=64).warm_shapes(512) == [(16, 512), (64, 8)]  # type: ignore[arg-type]
     assert RaggedRunner(graph, 8192, buckets=None).warm(512) == []  # type: ignore[arg-type]  # unbounded: the old way
+
+
+def test_an_engine_that_keeps_memory_per_shape_runs_with_its_own_buckets_and_warms_every_shape_a_chunk_can_have(
+) -> None:
+    from sr_backend.engines.shapes import COARSE_BUCKETS, DEFAULT_BUCKETS
+    from sr_backend.engines.torch_engine import TorchEngine
+
+    class Graph:
+        per_token = False
+        inputs = frozenset({"input_ids", "attention_mask"})
+        shape_memory = COARSE_BUCKETS
+
+        def __init__(self) -> None:
+            self.shapes: list[tuple[int, ...]] = []
+
+        def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+            self.shapes.append(feed["input_ids"].shape)
+            return np.zeros((feed["input_ids"].shape[0], 4), dtype=np.float32)
+
+    graph = Graph()
+    runner = RaggedRunner(graph, 8192)  # type: ignore[arg-type]
+    assert runner.buckets is COARSE_BUCKETS
+    warmed = runner.warm(256)
+    assert graph.shapes == warmed and len(set(warmed)) == len(warmed) == 153
+    assert warmed[0] == (32, 256) and all(r * w <= 8192 and w <= 256 for r, w in warmed)
+    # every chunk the planner can make over any batch is one of them
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        lengths = [int(n) for n in rng.integers(1, 257, int(rng.integers(1, 1200)))]
+        for chunk in plan_chunks(lengths, 8192, COARSE_BUCKETS):
+            assert (COARSE_BUCKETS.count(len(chunk)), COARSE_BUCKETS.width(max(lengths[i] for i in chunk))) in warmed
+    assert RaggedRunner(graph, 8192, buckets=None).warm(256) == []  # type: ignore[arg-type]  # unbounded: nothing
+    # PyTorch names the coarse buckets at bf16 (oneDNN keeps its primitives per shape), not at fp32
+    assert TorchEngine(None, "bf16", ["input_ids"], False).shape_memory is COARSE_BUCKETS
+    assert TorchEngine(None, "fp32", ["input_ids"], False).shape_memory is None
+    assert RaggedRunner(TorchEngine(None, "fp32", ["input_ids"], False)).buckets is DEFAULT_BUCKETS
