@@ -76,10 +76,11 @@ print(json.dumps({"before": before, "warmed": warmed, "after_traffic": heap_in_u
 """
 
 
-def _warm_probe(mode: str) -> dict[str, float]:
+def _probe(script: str, mode: str, timeout: int = 600) -> dict[str, float]:
+    """Runs a probe script in a fresh interpreter (a process's heap is what is measured) with the served settings."""
     env = {k: v for k, v in os.environ.items() if k not in ("SR_BACKEND_UNBOUNDED", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")}
-    done = subprocess.run([sys.executable, "-c", _WARM_PROBE, mode], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=600, check=True)
+    done = subprocess.run([sys.executable, "-c", script, mode], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=timeout, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -89,8 +90,8 @@ def test_an_instance_warmed_at_load_holds_its_plateau_before_the_first_request()
     docs/benchmarks.md "Memory under a soak")."""
     if not (ROOT / "model_repository" / "all-minilm-l6-v2" / "1" / "model.onnx").is_file():
         pytest.fail("model repository is not built: run `make models`")
-    cold = _warm_probe("cold")
-    warm = _warm_probe("warm")
+    cold = _probe(_WARM_PROBE, "cold")
+    warm = _probe(_WARM_PROBE, "warm")
     assert cold["after_traffic"] - cold["before"] > 50, cold  # the largest chunk's buffers, taken under traffic
     assert warm["warmed"] - warm["before"] > 50, warm  # ... taken at load instead
     # after warming: per-shape state only (fp32 ≈ 0.6 MiB a new shape, a dozen shapes here)
@@ -159,13 +160,6 @@ print(json.dumps({"warmed": warmed, "after_traffic": heap_in_use()}))
 """
 
 
-def _torch_probe(mode: str) -> dict[str, float]:
-    env = {k: v for k, v in os.environ.items() if k not in ("SR_BACKEND_UNBOUNDED", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")}
-    done = subprocess.run([sys.executable, "-c", _TORCH_PROBE, mode], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=900, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
-
-
 def test_pytorch_bf16_takes_every_shapes_memory_at_load_so_traffic_adds_none() -> None:
     """PyTorch bf16 keeps about 0.36 MiB per input shape it has run (oneDNN's primitives), so served it kept rising
     for 30 minutes as traffic brought new shapes; warmed over every shape of its coarse buckets at load
@@ -176,6 +170,6 @@ def test_pytorch_bf16_takes_every_shapes_memory_at_load_so_traffic_adds_none() -
         pytest.skip("this CPU has no native bf16 (the engine refuses it)")
     if not (ROOT / "model_repository" / "all-minilm-l6-v2" / "1" / "model.pt2").is_file():
         pytest.fail("model repository is not built with its PyTorch program: run `make models`")
-    warm = _torch_probe("warm")
+    warm = _probe(_TORCH_PROBE, "warm", timeout=900)
     assert warm["after_traffic"] - warm["warmed"] < 2.0, warm
 

@@ -15,6 +15,7 @@ from gateway.metrics import Metrics
 from gateway.runtime import Runtime
 from gateway.settings import Settings, SettingsError
 from sr_backend.engines.ort_engine import make_session
+from sr_backend.engines.shapes import Buckets
 from sr_backend.ragged import RaggedRunner, plan_chunks
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
@@ -200,20 +201,23 @@ def test_a_row_cap_splits_chunks_the_token_budget_alone_would_keep_whole() -> No
     assert [len(c) for c in plan_chunks([6] * 70, 8192, None, max_batch_rows=64)] == [64, 6]
 
 
+class _ShapeRecorder:
+    """An engine that records the input shapes it runs; `shape_memory` as the engine under test would name it."""
+
+    per_token = False
+    inputs = frozenset({"input_ids", "attention_mask"})
+
+    def __init__(self, shape_memory: Buckets | None = None) -> None:
+        self.shape_memory = shape_memory
+        self.shapes: list[tuple[int, ...]] = []
+
+    def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        self.shapes.append(feed["input_ids"].shape)
+        return np.zeros((feed["input_ids"].shape[0], 4), dtype=np.float32)
+
+
 def test_warming_runs_the_widest_chunk_and_the_one_with_most_rows_that_the_limits_allow() -> None:
-    class Graph:
-        per_token = False
-        inputs = frozenset({"input_ids", "attention_mask"})
-        shape_memory = None
-
-        def __init__(self) -> None:
-            self.shapes: list[tuple[int, ...]] = []
-
-        def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray:
-            self.shapes.append(feed["input_ids"].shape)
-            return np.zeros((feed["input_ids"].shape[0], 4), dtype=np.float32)
-
-    graph = Graph()
+    graph = _ShapeRecorder()
     assert RaggedRunner(graph, 8192).warm(512) == [(16, 512), (1024, 8)]  # type: ignore[arg-type]
     assert graph.shapes == [(16, 512), (1024, 8)]
     assert RaggedRunner(graph, 8192).warm_shapes(256) == [(32, 256), (1024, 8)]  # type: ignore[arg-type]
@@ -226,19 +230,7 @@ def test_an_engine_that_keeps_memory_per_shape_runs_with_its_own_buckets_and_war
     from sr_backend.engines.shapes import COARSE_BUCKETS, DEFAULT_BUCKETS
     from sr_backend.engines.torch_engine import TorchEngine
 
-    class Graph:
-        per_token = False
-        inputs = frozenset({"input_ids", "attention_mask"})
-        shape_memory = COARSE_BUCKETS
-
-        def __init__(self) -> None:
-            self.shapes: list[tuple[int, ...]] = []
-
-        def forward(self, feed: dict[str, np.ndarray]) -> np.ndarray:
-            self.shapes.append(feed["input_ids"].shape)
-            return np.zeros((feed["input_ids"].shape[0], 4), dtype=np.float32)
-
-    graph = Graph()
+    graph = _ShapeRecorder(COARSE_BUCKETS)
     runner = RaggedRunner(graph, 8192)  # type: ignore[arg-type]
     assert runner.buckets is COARSE_BUCKETS
     warmed = runner.warm(256)
