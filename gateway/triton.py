@@ -117,6 +117,7 @@ class Triton:
         self.url = url
         self._client = grpcclient.InferenceServerClient(url)
         self.on_instance_lost = on_instance_lost  # (model, instance): Triton named a dead instance in an error
+        self._loading: dict[str, asyncio.Future[None]] = {}  # model → its load request in flight
 
     async def is_live(self) -> bool:
         try:
@@ -151,6 +152,23 @@ class Triton:
         raise TritonFailure(f"Triton at {self.url} was not live within {timeout:.0f} s: {last}", unavailable=True)
 
     async def load(self, model: str) -> None:
+        """Load unless ready. The models that ride on one Triton model (decision families over their encoder) are
+        brought up at once, and a second load request while the first is in flight makes Triton build every
+        instance again (seen: four MiniLM stubs for two instances, and PyTorch bf16's two-minute warm run twice),
+        so concurrent callers share the one request in flight."""
+        task = self._loading.get(model)
+        if task is None:
+            task = self._loading[model] = asyncio.ensure_future(self._load(model))
+            task.add_done_callback(lambda done: self._loaded(model, done))
+        await asyncio.shield(task)  # a cancelled caller leaves the load to the others
+
+    def _loaded(self, model: str, done: asyncio.Future[None]) -> None:
+        if self._loading.get(model) is done:
+            del self._loading[model]
+        if not done.cancelled():
+            done.exception()  # marked retrieved: the callers that still wait get it from their await
+
+    async def _load(self, model: str) -> None:
         try:
             if await self._client.is_model_ready(model):
                 return

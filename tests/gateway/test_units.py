@@ -247,3 +247,40 @@ def test_an_engine_that_keeps_memory_per_shape_runs_with_its_own_buckets_and_war
     assert TorchEngine(None, "bf16", ["input_ids"], False).shape_memory is COARSE_BUCKETS
     assert TorchEngine(None, "fp32", ["input_ids"], False).shape_memory is None
     assert RaggedRunner(TorchEngine(None, "fp32", ["input_ids"], False)).buckets is DEFAULT_BUCKETS
+
+
+def test_concurrent_loads_of_one_triton_model_send_one_load_request_and_share_its_failure() -> None:
+    """Riders on one encoder are brought up at once; Triton builds every instance again for a second request."""
+    import asyncio
+
+    from tritonclient.utils import InferenceServerException
+
+    from gateway.triton import Triton, TritonFailure
+
+    class Client:
+        def __init__(self, fail: bool) -> None:
+            self.fail, self.loads, self.ready = fail, 0, False
+
+        async def is_model_ready(self, model: str) -> bool:
+            return self.ready
+
+        async def load_model(self, model: str) -> None:
+            self.loads += 1
+            await asyncio.sleep(0.05)
+            if self.fail:
+                raise InferenceServerException("load failed", status="StatusCode.INTERNAL")
+            self.ready = True
+
+    async def scenario(fail: bool) -> tuple[int, list[object]]:
+        triton = Triton("127.0.0.1:1")
+        client = triton._client = Client(fail)  # type: ignore[assignment]
+        results = await asyncio.gather(*(triton.load("m") for _ in range(3)), return_exceptions=True)
+        assert not triton._loading  # nothing left in flight
+        if not fail:
+            await triton.load("m")  # a later load of a ready model sends none
+        return client.loads, list(results)
+
+    loads, results = asyncio.run(scenario(fail=False))
+    assert loads == 1 and results == [None, None, None]
+    loads, results = asyncio.run(scenario(fail=True))
+    assert loads == 1 and all(isinstance(r, TritonFailure) for r in results)
