@@ -47,14 +47,15 @@ class Buckets:
 
     def widths(self, most: int) -> list[int]:
         """Every width bucket ≤ most (past the last length, its multiples of length_step)."""
-        last = self.lengths[-1]
-        return [w for w in self.lengths if w <= most] + list(range(last + self.length_step, most + 1, self.length_step))
+        return self._every(most, self.lengths, self.length_step)
 
     def counts(self, most: int) -> list[int]:
         """Every row-count bucket ≤ most (past the last count, its multiples of row_step)."""
-        last = self.rows[-1]
-        return [r for r in self.rows if r <= most] + list(range(-(-(last + 1) // self.row_step) * self.row_step,
-                                                               most + 1, self.row_step))
+        return self._every(most, self.rows, self.row_step)
+
+    @classmethod
+    def _every(cls, most: int, steps: tuple[int, ...], step: int) -> list[int]:
+        return [s for s in steps if s <= most] + list(range(cls._up(steps[-1] + 1, steps, step), most + 1, step))
 
     def most_rows(self, n: int) -> int:
         """The largest row bucket ≤ n (at least 1): a chunk of up to this many rows stays within n once padded."""
