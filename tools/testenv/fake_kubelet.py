@@ -15,6 +15,7 @@ import asyncio
 import json
 import ssl
 import sys
+from typing import Any
 
 from aiohttp import WSMsgType, web
 from kubernetes import client, config
@@ -72,12 +73,23 @@ async def exec_(request: web.Request) -> web.WebSocketResponse:
     """Run the command as a local process: channel 0 stdin, 1 stdout, 2 stderr, 3 the final Status.
 
     When the client hangs up, stdin is closed and the process killed if it lingers, so no session leaks.
+    The session is counted from the upgrade to the very end, cancellation included: a hang-up while the
+    process was still being started cancelled the handler there (seen in a trace), and a count that missed
+    that case left a phantom session which a later test, in the next catalog's run, read as a leak.
     """
     cmd = request.query.getall("command", [])
     ws = web.WebSocketResponse(protocols=("v4.channel.k8s.io", "channel.k8s.io"))
     await ws.prepare(request)
     opened = request.app[OPEN]
     opened["exec"] = opened.get("exec", 0) + 1
+    try:
+        await _run_exec(ws, cmd, request.app[RESIZES], request.match_info["pod"])
+    finally:
+        opened["exec"] -= 1
+    return ws
+
+
+async def _run_exec(ws: web.WebSocketResponse, cmd: list[str], resizes: dict[str, Any], pod: str) -> None:
     proc = await asyncio.create_subprocess_exec(
         *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
@@ -98,7 +110,7 @@ async def exec_(request: web.Request) -> web.WebSocketResponse:
                 stdin.write(data[1:])
                 await stdin.drain()
             elif data[:1] == b"\x04":  # terminal size: remembered per pod for /debug/resizes
-                request.app[RESIZES][request.match_info["pod"]] = json.loads(data[1:])
+                resizes[pod] = json.loads(data[1:])
         if proc.returncode is None:  # client hung up: close stdin, then kill
             stdin.close()
             await asyncio.sleep(0.5)
@@ -120,8 +132,6 @@ async def exec_(request: web.Request) -> web.WebSocketResponse:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-        opened["exec"] -= 1
-    return ws
 
 
 async def streams(request: web.Request) -> web.Response:
