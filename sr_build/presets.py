@@ -30,14 +30,16 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-REVISION = 7  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
+REVISION = 9  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
 #    signal weights, penalties up to 10, CV accuracy per language in the report; 4: pii signals from the PII
 #    libraries (pii_zh's validated entities and LAC names/addresses, phonenumbers US/GB/CN, IBAN); 5: pii_zh's
 #    resident identity numbers by check digit, birth date and a known area code (not stdnum's county-in-birth-year);
 #    6: pii_zh's name rules (a lone surname with a title is no name, interpunct names, compound surnames, words in a
 #    name's slot) and grouped resident ids; 7: pii_zh's person rules of 2026-12-03 (surnames LAC reads apart from
 #    the given name, time words, nicknames, places named after a family), ids in 4-4-4-4-2, and names in Latin
-#    letters in Chinese text (gateway/decisions/romanized.py)
+#    letters in Chinese text (gateway/decisions/romanized.py); 8: spoken Chinese numerals in the grounded signals
+#    (一百五 is 150, 四千五 is 4,500, 三两 is three liang, not 32); 9: the grounded head embeds its parts with E5's
+#    prefixes (presets.ENCODER_PREFIXES, chosen by tools/pair_features_cv)
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tools" / "decisions_eval" / "presets"
 FOLDS = 5
@@ -251,7 +253,7 @@ def cache_key(card: Any, data: Path) -> dict[str, Any]:
 
 def fit_heads(card: Any, data: Path, embed: Any) -> dict[str, Any]:
     """Every listed (non-span) preset's head from its train lines; the artefact as a JSON-able dict."""
-    from gateway.decisions.families.presets import Head, Presets, features, kind_of, signal_count
+    from gateway.decisions.families.presets import Head, Presets, encoder_texts, features, kind_of, signal_count
 
     spec = card.decisions
     heads: dict[str, Any] = {}
@@ -272,8 +274,9 @@ def fit_heads(card: Any, data: Path, embed: Any) -> dict[str, Any]:
         lines = [line for line in load_lines(path) if line["split"] == "train" and line["preset"] == name]
         texts = [texts_of(line, parts) for line in lines]
         if kind != "language":
-            embed([t for row in texts for t in row])
-        rows = np.stack([features(kind, row, [] if kind == "language" else embed(row)) for row in texts])
+            embed([t for row in texts for t in encoder_texts(kind, row)])
+        rows = np.stack([features(kind, row, [] if kind == "language" else embed(encoder_texts(kind, row)))
+                         for row in texts])
         y = np.asarray([keys.index(str(line["expected"]).lower() if qtype == "noul" else str(line["expected"]))
                         for line in lines])
         signals = signal_count(kind)
@@ -290,7 +293,7 @@ def fit_heads(card: Any, data: Path, embed: Any) -> dict[str, Any]:
         for lang in GOLDEN_LANGS:  # the first train line of each language: the served encoder must reproduce it
             first = next((t for t, line in zip(texts, lines, strict=True) if line.get("lang") == lang), None)
             if first is not None:
-                vectors = [] if kind == "language" else embed(first)
+                vectors = [] if kind == "language" else embed(encoder_texts(kind, first))
                 p = head.probabilities(features(kind, first, vectors))
                 golden.append({"preset": name, "lang": lang, "texts": first,
                                "probabilities": [round(float(v), 6) for v in p]})

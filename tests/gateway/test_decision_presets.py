@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from gateway.cards import load_card
+from gateway.decisions.families.presets import encoder_texts, features, load_heads
 from sr_build import presets as build
 from tools import eval_decisions as ev
 
@@ -96,6 +98,30 @@ def test_a_two_part_preset_reads_its_named_parts(http: httpx.Client) -> None:
     swapped = decide(http, {"context": answer, "answer": context}, question)["g"]["noul"]
     assert named == pytest.approx(reordered, abs=1e-6)
     assert abs(named - swapped) > 1e-3, (named, swapped)
+
+
+def test_the_grounded_head_reads_its_parts_with_the_e5_prefixes_it_was_fitted_on(http: httpx.Client) -> None:
+    """The build embeds grounded's parts as `query: ` context and `passage: ` answer (presets.ENCODER_PREFIXES, chosen
+    by cross-validation); the served answer must be the head over those same embeddings, here fetched from the same
+    served encoder through /v1/embeddings (whose input_type puts the card's prefix)."""
+    context = "The museum opens at 9:00 and closes at 17:00 every day except Monday."
+    answer = "It closes at 21:00 and is open on Mondays."
+    heads, _ = load_heads(ROOT / "model_repository" / MODEL / "1" / "preset-heads.json")
+    encoder = load_card(ROOT / "model_repository" / MODEL / "card.yaml").triton_name
+    assert encoder_texts("grounded", [context, answer]) == ["query: " + context, "passage: " + answer]
+
+    def p_true(kinds: tuple[str, str]) -> float:
+        vectors = []
+        for text, kind in zip((context, answer), kinds, strict=True):
+            resp = http.post("/v1/embeddings", json={"model": encoder, "input": text, "input_type": kind})
+            assert resp.status_code == 200, resp.text
+            vectors.append(np.asarray(resp.json()["data"][0]["embedding"], dtype=np.float64))
+        return float(heads["grounded"].probabilities(features("grounded", [context, answer], vectors))[1])
+
+    served = decide(http, {"context": context, "answer": answer}, {"g": {"type": "noul", "preset": "grounded"}})
+    fitted, other = p_true(("query", "passage")), p_true(("query", "query"))
+    assert abs(fitted - other) > 0.05, (fitted, other)  # the reading matters for this pair
+    assert served["g"]["noul"] == pytest.approx(fitted, abs=0.02)
 
 
 # -- the heads' build cache ------------------------------------------------------------------------------------

@@ -29,6 +29,18 @@ def test_chinese_numerals_read_as_their_value(run: str, value: int) -> None:
     assert chinese_numeral(run) == value
 
 
+@pytest.mark.parametrize(("run", "value"), [("一百五", 150), ("四千五", 4500), ("三万五", 35000),
+                                            ("两万三千五", 23500), ("一百零五", 105), ("一千零五十", 1050)])
+def test_a_last_digit_after_a_place_is_read_in_the_next_lower_place_as_spoken(run: str, value: int) -> None:
+    assert chinese_numeral(run) == value
+
+
+def test_liang_after_a_digit_is_the_weight_not_a_second_digit() -> None:
+    assert numbers("每十斤肉放三两盐") == {10.0, 3.0}
+    assert grounded_signals("每500克肉配15克盐，即每斤肉三钱盐。", "光猫弄丢了得赔一百五。")[NEW_NUMBER] == 1.0
+    assert grounded_signals("光猫未归还须赔偿150元。", "光猫弄丢了得赔一百五。")[NEW_NUMBER] == 0.0
+
+
 def test_numbers_are_compared_by_value_not_by_spelling() -> None:
     assert numbers("1,200 yen and 2.50 euros") == {1200.0, 2.5}
     assert numbers("会员打九折，十五分钟") == {9.0, 15.0}

@@ -106,10 +106,16 @@ def pii_signals(text: str) -> list[float]:
             float(any(iban.is_valid(m) for m in _IBAN.findall(text)))]
 
 
+_SPOKEN_PLACE = {"百": 10, "千": 100, "万": 1000}  # the place of a digit said right after 百, 千 or 万
+
+
 def chinese_numeral(run: str) -> float | None:
     """The value of a run of Chinese numerals (`三`, `十五`, `两千零八`; `二〇二六` is read digit by digit); None if
-    the run is not a well-formed number."""
+    the run is not a well-formed number. A last digit right after 百, 千 or 万 counts in the next lower place, as
+    it is spoken: 一百五 is 150, 四千五 is 4,500, 三万五 is 35,000 (一百零五 is 105)."""
     if all(ch in _CN_DIGIT for ch in run):
+        if len(run) > 1 and run[-1] == "两":  # 三两: three liang (a weight), not 32
+            return chinese_numeral(run[:-1])
         return float("".join(str(_CN_DIGIT[ch]) for ch in run)) if len(run) > 1 else float(_CN_DIGIT[run])
     total, section, digit = 0, 0, None
     for ch in run:
@@ -123,7 +129,8 @@ def chinese_numeral(run: str) -> float | None:
             section, digit = 0, None
         else:  # pragma: no cover - the pattern admits nothing else
             return None
-    return float(total + section + (digit or 0))
+    place = _SPOKEN_PLACE.get(run[-2], 1) if len(run) > 1 and run[-1] in _CN_DIGIT else 1
+    return float(total + section + (digit or 0) * place)
 
 
 def numbers(text: str) -> set[float]:
