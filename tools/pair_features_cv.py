@@ -1,11 +1,11 @@
 """Which features should the relevance and grounded heads read? Cross-validation on train lines only.
 
-    python -m tools.pair_features_cv [--presets relevance,grounded] [--sets A,B,C,D]
+    python -m tools.pair_features_cv [--presets relevance,grounded] [--sets A,B,C,D,E]
 
-The heads embed each part of a pair as written and read u, v, |u−v|, u·v and cheap signals (presets.features).
+The heads embed each part of a pair and read u, v, |u−v|, u·v and cheap signals (presets.features).
 multilingual-e5-small was trained for retrieval with prefixes ("query: …" against "passage: …"), so the
 cosine of the prefixed parts is a relevance score the encoder already knows; and one embedding of both parts
-joined lets the encoder's attention see them together, which per-part vectors cannot. Four feature sets:
+joined lets the encoder's attention see them together, which per-part vectors cannot. Five feature sets:
 
 - A: the features over each part embedded as written (served for relevance);
 - B: the same features over the prefixed parts (`query: ` first part, `passage: ` second part; same served cost;
@@ -35,7 +35,7 @@ import numpy as np
 
 from sr_build.presets import DATA, ROOT, InProcessEncoder, cross_validate, load_lines, texts_of
 
-PARTS = {"relevance": ["request", "candidate"], "grounded": ["context", "answer"]}
+PRESETS = ("relevance", "grounded")
 PREFIXES = ("query: ", "passage: ")
 SETS = ("A", "B", "C", "D", "E")
 # a sentence or clause ends at CJK or Latin end punctuation (a Latin full stop only before a space: not 3.5 or v1.2)
@@ -89,17 +89,18 @@ def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presets", default="relevance,grounded")
+    parser.add_argument("--presets", default=",".join(PRESETS))
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--model-repository", type=Path, default=ROOT / "model_repository")
     args = parser.parse_args()
     from gateway.cards import load_card
 
     card = load_card(args.model_repository / "decision-multilingual" / "card.yaml")
+    assert card.decisions is not None, "decision-multilingual is a decisions card"
     embed = InProcessEncoder(card)
     for preset in args.presets.split(","):
         lines = [line for line in load_lines(DATA / f"{preset}.jsonl") if line["split"] == "train"]
-        texts = [texts_of(line, PARTS[preset]) for line in lines]
+        texts = [texts_of(line, list(card.decisions.presets[preset]["over"])) for line in lines]  # the card's parts
         y = np.asarray([int(bool(line["expected"])) for line in lines])
         langs = [str(line.get("lang")) for line in lines]
         embed([t for pair in texts for t in (*pair, *(p + t for p, t in zip(PREFIXES, pair, strict=True)))])

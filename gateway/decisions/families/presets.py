@@ -257,24 +257,25 @@ class Presets(ZeroShot):
         encoder = self.model.text_encoder()
         limit = self.model.card.limits.truncate_tokens or self.model.card.limits.max_input_tokens
         wanted: dict[str, Job] = {}
-        plans: list[tuple[Ask, Head, list[str]]] = []
+        plans: list[tuple[Ask, Head, list[str], list[Job]]] = []
         for ask in asks:
             head = self.heads[ask.question.preset or ""]
             texts = self._texts(head, ask)
-            plans.append((ask, head, texts))
             if head.kind == "language":
+                plans.append((ask, head, texts, []))
                 ask.view_tokens = len(encoder.encode(texts[0], max_tokens=limit, overflow="truncate").ids)
                 continue
-            for text in encoder_texts(head.kind, texts):
+            reads = encoder_texts(head.kind, texts)
+            for text in reads:
                 if text not in wanted:
                     wanted[text] = Job(encoder.encode(text, max_tokens=limit, overflow="truncate").ids)
-            ask.view_tokens = sum(len(wanted[t].ids) for t in dict.fromkeys(encoder_texts(head.kind, texts)))
+            plans.append((ask, head, texts, [wanted[t] for t in reads]))
+            ask.view_tokens = sum(len(wanted[t].ids) for t in dict.fromkeys(reads))
         queue_ms, forward_ms = 0.0, 0.0
         if wanted:
             queue_ms, forward_ms = await run_jobs(ctx.runtime, self.model, list(wanted.values()),
                                                  deadline_ms=ctx.deadline_ms, timing=Timing(started=ctx.started))
-        for ask, head, texts in plans:
-            jobs = [] if head.kind == "language" else [wanted[t] for t in encoder_texts(head.kind, texts)]
+        for ask, head, texts, jobs in plans:
             failed = next((j.error for j in jobs if j.result is None), None)
             if failed is not None or any(j.result is None for j in jobs):
                 ask.fail(no_answer(failed))
