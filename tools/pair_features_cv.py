@@ -16,6 +16,11 @@ joined lets the encoder's attention see them together, which per-part vectors ca
   the context's sentences (both `query: `, E5's symmetric convention), its minimum and mean over clauses (an
   unsupported clause has no close sentence); relevance: the best and the mean cosine of the `query: ` request
   against the candidate's `passage: ` sentences (an answer buried in a long passage).
+- F: the served set plus three signal columns (registered 2026-12-06, session 24). relevance (A +): the answer
+  types the request asks for (a price, a time, a duration, a count, a reason, a place, steps) and the share of them
+  the candidate has no evidence of (`answer_type_signals` below); grounded (B +): a comparative or a quantifier the
+  answer adds, and a number whose unit changed (`claim_word_signals`). Neither passed the 1-point bar (relevance
+  +0.27, grounded +0.67 on 739/740 train lines), so they live here, not among the served signals.
 
 Each is scored exactly as the build scores a head (`sr_build.presets.cross_validate`: the same grouped folds,
 penalty and signal-weight grid and served rule) over `train` lines only; held-out lines are never read. The
@@ -33,14 +38,139 @@ from pathlib import Path
 
 import numpy as np
 
+from gateway.decisions.families.preset_signals import chinese_numeral
 from sr_build.presets import DATA, ROOT, InProcessEncoder, cross_validate, load_lines, texts_of
 
 PRESETS = ("relevance", "grounded")
 PREFIXES = ("query: ", "passage: ")
-SETS = ("A", "B", "C", "D", "E")
+SETS = ("A", "B", "C", "D", "E", "F")
 # a sentence or clause ends at CJK or Latin end punctuation (a Latin full stop only before a space: not 3.5 or v1.2)
 SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|(?<=[.])\s+|\n+")
 Embed = Callable[[list[str]], list[np.ndarray]]
+CN_NUMERAL = re.compile(r"[零〇一二两三四五六七八九十百千万]+")
+
+
+def missing_share(have: set[str], source: set[str]) -> float:
+    return len(have - source) / len(have) if have else 0.0
+
+
+# -- what a request asks for, and whether the candidate has that kind of thing (relevance's answer types) ----------
+# A passage on the request's topic that does not answer it (the relevance heads' commonest error) often lacks the
+# very kind of thing asked for: a price for "how much", a time for "when", a duration for "how long". Each type is
+# (what asks for it in the request, what answers it in the candidate); the evidence patterns are deliberately broad
+# (a passage that has a number at all answers "how many" as far as this signal can tell).
+_TIME_UNITS_EN = r"(?:seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?|months?|years?|nights?)"
+_TIME_UNITS_ZH = "(?:秒|分钟|分|小时|个钟|钟头|天|日|晚|周|星期|礼拜|个月|月|年)"
+_CN_OR_DIGIT = r"(?:\d+(?:\.\d+)?|[零〇一二两三四五六七八九十百千万半几]+)"
+ANSWER_TYPES: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
+    ("money",
+     re.compile(r"how much (?:does|do|is|are|will|would|should|did)\b.*\b(?:cost|charge|pay|fee|price)|how much is"
+                r"|\b(?:cost|costs|price|prices|priced|fee|fees|charge|charges|fare|fares|rate|rates|salary|rent)\b"
+                r"|多少钱|价格|价钱|费用|收费|收多少|几块|多贵|票价|报价|租金|工资|月薪|学费|运费", re.IGNORECASE),
+     re.compile(r"[$£€¥￥]\s?\d|\d\s?(?:元|块|毛|美元|英镑|欧元|港币|dollars?|pounds?|euros?|yuan|rmb|usd|gbp|eur|p)\b"
+                r"|[零〇一二两三四五六七八九十百千万]+(?:元|块|毛|角)|\bfree\b|no charge"
+                r"|免费|不收费|不要钱", re.IGNORECASE)),
+    ("when",
+     re.compile(r"\bwhen\b|what time|which day|what day|what date|how soon|\bby when\b"
+                r"|几点|什么时候|何时|哪天|哪一天|几号|几月|哪年|多会儿", re.IGNORECASE),
+     re.compile(r"\d{1,2}[:：.]\d{2}|\d\s?(?:am|pm|a\.m\.|p\.m\.)|\b(?:noon|midnight|morning|afternoon|evening|tonight"
+                r"|today|tomorrow|yesterday|weekends?|weekdays?|daily|monday|tuesday|wednesday|thursday|friday|saturday"
+                r"|sunday|january|february|march|april|may|june|july|august|september|october|november|december"
+                r"|before|after|until|within|by the end|spring|summer|autumn|winter)\b"
+                r"|[点时]|号|日|月|年|周[一二三四五六日末]|星期|礼拜|上午|下午|晚上|早上|中午|凌晨|傍晚|今天|明天|昨天|之前|以前"
+                r"|之后|以后|前|后|内|春|夏|秋|冬", re.IGNORECASE)),
+    ("duration",
+     re.compile(r"how long|how often|how frequently|how many (?:" + _TIME_UNITS_EN[3:-1] + r")"
+                r"|多久|多长时间|多少天|几天|多少小时|几个小时|几小时|多少分钟|几分钟|多少年|几年|几个月|频率|隔多久|多少次",
+                re.IGNORECASE),
+     re.compile(_CN_OR_DIGIT + r"\s?(?:" + _TIME_UNITS_EN + "|" + _TIME_UNITS_ZH + r")"
+                r"|\b(?:daily|weekly|monthly|yearly|annually|hourly|every|once|twice|times a"
+                r"|per (?:day|week|month|year)"
+                r"|overnight|instantly|immediately|minutes|hours)\b|每[天日周月年次隔晚]|一次|两次|立即|马上|当天|隔夜",
+                re.IGNORECASE)),
+    ("count",
+     re.compile(r"how many|how old|how far|how big|how large|how tall|how heavy|how high|how deep|how fast|how much"
+                r"|what percentage|what proportion|多少(?!钱)|几个|几次|几岁|几人|几位|几张|几件"
+                r"|多远|多大|多高|多重|多深|多快"
+                r"|多宽|多厚|百分之几|比例", re.IGNORECASE),
+     re.compile(r"\d|[零〇一二两三四五六七八九十百千万半]|\b(?:none|no|zero|one|two|three|four|five|six|seven|eight"
+                r"|nine|ten|dozen|hundred|thousand|million|single|double|half|all|every|both|several|few|many)\b"
+                r"|没有|全部|所有|一半", re.IGNORECASE)),
+    ("reason",
+     re.compile(r"\bwhy\b|what causes|what caused|what makes|reason|为什么|为何|怎么会|原因|为啥|咋会", re.IGNORECASE),
+     re.compile(r"\b(?:because|due to|since|caused by|causes?|as a result|so that|reasons?|leads? to|result of"
+                r"|thanks to|owing to|means)\b|因为|由于|所以|导致|原因|造成|引起|是因|为了"
+                r"|因此|以免|否则", re.IGNORECASE)),
+    ("place",
+     re.compile(r"\bwhere\b|which (?:room|floor|building|counter|gate|terminal|station|office|branch|address)"
+                r"|哪里|在哪|哪儿|什么地方|地址|哪个位置|哪个门|哪一层|哪个站|何处", re.IGNORECASE),
+     re.compile(r"\b(?:street|st\.|road|rd\.|avenue|ave|floor|building|room|located|next to|near|opposite|behind"
+                r"|entrance|station|counter|desk|gate|terminal|lobby|office|branch|address|corner|downstairs|upstairs"
+                r"|inside|outside|at the|in the)\b|路|街|巷|号|楼|层|室|位于|旁边|对面|附近|门口|入口|出口"
+                r"|大厅|柜台|窗口"
+                r"|站|馆|店|中心|在.{1,12}[里内上下旁边]", re.IGNORECASE)),
+    ("procedure",
+     re.compile(r"how (?:do|can|should|would|could|to|does one)\b|what steps|steps to|walk me through"
+                r"|怎么|如何|怎样|步骤|咋|办法|方法", re.IGNORECASE),
+     re.compile(r"\b(?:first|then|next|finally|click|tap|run|open|go to|select|choose|use|set|enter|type|install"
+                r"|press|add|remove|restart|call|email|visit|bring|submit|fill|apply|contact|log in|sign in"
+                r"|you can|you need|you should|make sure|step)\b|`|→|先|然后|再|接着|最后|点击|打开|进入"
+                r"|选择|输入|执行|运行"
+                r"|设置|使用|安装|重启|拨打|联系|提交|填写|申请|携带|带上|可以|需要|只要|登录|扫码", re.IGNORECASE)),
+)
+_NUMERIC_TYPES = frozenset(("money", "when", "duration", "count"))
+
+
+def answer_types(request: str, candidate: str) -> tuple[set[str], set[str]]:
+    """The answer types the request asks for, and those of them the candidate has evidence of."""
+    asked = {name for name, asks, _ in ANSWER_TYPES if asks.search(request)}
+    return asked, {name for name, _, has in ANSWER_TYPES if name in asked and has.search(candidate)}
+
+
+def answer_type_signals(request: str, candidate: str) -> list[float]:
+    """Whether the request asks for a kind of thing, the share of asked kinds the candidate lacks, and that share
+    over the kinds whose evidence is a number, a time or a price (the most reliable patterns)."""
+    asked, met = answer_types(request, candidate)
+    numeric = asked & _NUMERIC_TYPES
+    return [float(bool(asked)), missing_share(asked, met), missing_share(numeric, met & numeric)]
+
+
+# -- words that change a claim without changing its topic (grounded) ------------------------------------------------
+_COMPARATIVE = re.compile(r"\b(?:more|less|fewer|higher|lower|larger|smaller|bigger|longer|shorter|faster|slower"
+                          r"|cheaper|earlier|later|older|younger|greater|above|below|over|under|exceeds?|at least"
+                          r"|at most|better|worse|most|least|\w+er than)\b|多于|少于|高于|低于|大于|小于|超过|不到|不足"
+                          r"|以上|以下|更|比|早于|晚于|最|至少|至多|最多|最少|不超过|不低于", re.IGNORECASE)
+_QUANTIFIER = re.compile(r"\b(?:all|every|each|always|never|none|only|any|entire|most|some|many|few|both|either"
+                         r"|usually|sometimes|often|rarely|mostly|whole)\b|全部|所有|都|每|总是|从不|从来|只|仅|唯一"
+                         r"|一律|任何|大多|大部分|部分|一些|有些|少数|多数|通常|有时|经常|偶尔|全", re.IGNORECASE)
+_UNIT = re.compile(r"(\d+(?:[.,]\d+)*|[零〇一二两三四五六七八九十百千万]+)\s?(%|percent|km|kilomet(?:er|re)s?|miles?|mi"
+                   r"|cm|mm|m|met(?:er|re)s?|kg|kilos?|kilograms?|g|grams?|lbs?|pounds?|mg|ml|l|lit(?:er|re)s?"
+                   r"|seconds?|minutes?|mins?|hours?|hrs?|days?|weeks?|months?|years?|°[cf]|gb|mb|tb|kb|ghz|mhz|kw|w"
+                   r"|公里|千米|厘米|毫米|米|公斤|千克|毫克|克|斤|毫升|升|小时|分钟|秒|天|周|个月|年|岁|元|块|美元|度|倍"
+                   r"|折|层|人|次|个|台|件)(?![a-z])", re.IGNORECASE)
+
+
+def _terms(pattern: re.Pattern[str], text: str) -> set[str]:
+    return {m.lower() for m in pattern.findall(text)}
+
+
+def _units_by_value(text: str) -> dict[float, set[str]]:
+    out: dict[float, set[str]] = {}
+    for value, unit in _UNIT.findall(text):
+        number = (chinese_numeral(value) if CN_NUMERAL.fullmatch(value)
+                  else float(value.replace(",", "")) if re.fullmatch(r"\d+(?:,\d{3})*(?:\.\d+)?", value) else None)
+        if number is not None:
+            out.setdefault(number, set()).add(unit.lower().rstrip("s") if len(unit) > 2 else unit.lower())
+    return out
+
+
+def claim_word_signals(context: str, answer: str) -> list[float]:
+    """A comparative or a quantifier the answer uses and the context does not ("more than", "all", 超过, 都), and a
+    number the context has with a different unit (5 km where the context says 5 miles)."""
+    units_a, units_c = _units_by_value(answer), _units_by_value(context)
+    changed_unit = any(v in units_c and not (u & units_c[v]) for v, u in units_a.items())
+    return [float(bool(_terms(_COMPARATIVE, answer) - _terms(_COMPARATIVE, context))),
+            float(bool(_terms(_QUANTIFIER, answer) - _terms(_QUANTIFIER, context))), float(changed_unit)]
 
 
 def _cos(u: np.ndarray, v: np.ndarray) -> float:
@@ -82,9 +212,13 @@ def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str) ->
             rows.append(np.concatenate([head, [_cos(*prefixed)], tail]))
         elif which == "D":
             rows.append(np.concatenate([head, embed([first + "\n" + second])[0], tail]))
-        else:  # E
+        elif which == "E":
             rows.append(np.concatenate([head, alignment(kind, first, second, embed), tail]))
-    return np.stack(rows), signals + {"C": 1, "E": 2}.get(which, 0)
+        elif kind == "grounded":  # F over the served B
+            rows.append(np.concatenate([features(kind, [first, second], prefixed), claim_word_signals(first, second)]))
+        else:  # F over the served A
+            rows.append(np.concatenate([base, answer_type_signals(first, second)]))
+    return np.stack(rows), signals + {"C": 1, "E": 2, "F": 3}.get(which, 0)
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from gateway.decisions.families.preset_signals import (
 )
 from gateway.decisions.families.presets import Head, features, signal_count
 from sr_build import presets as build
+from tools.pair_features_cv import answer_type_signals, answer_types, claim_word_signals
 
 CONTEXT = "The museum opens at 9:30 on Tuesdays; entry is 1,200 yen, and the guide is Clara Voss (model KT-200)."
 NEW_NUMBER, SHARE_NEW, NEW_DAY, NEW_NAME, NEG_MISMATCH = 0, 1, 2, 3, 4
@@ -71,6 +72,52 @@ def test_chinese_numerals_in_the_answer_match_arabic_numerals_in_the_context() -
     row = grounded_signals("会员消费享9折，每位读者最多可借10本书。", "会员打九折，每人最多借十本。")
     assert row[NEW_NUMBER] == 0 and row[SHARE_NEW] == 0
     assert grounded_signals("周三店休。", "周一店休。")[NEW_DAY] == 1.0
+
+
+@pytest.mark.parametrize(("request_", "candidate", "asked"), [
+    ("羽毛球馆周末场地多少钱一小时？", "工作日 40 元一小时，周末 60 元。", {"money"}),
+    ("How much does a day pass cost?", "A day pass is £12, or free for members.", {"money", "count"}),
+    ("鱼缸多久换一次水？", "一般每周换三分之一的水。", {"duration"}),
+    ("When does the pool open on Sundays?", "On Sundays the pool opens at 8:30.", {"when"}),
+    ("为什么我的订单一直没发货？", "因为仓库盘点，本周的订单会延迟两天发出。", {"reason"}),
+    ("Where is the lost-property desk?", "The lost-property desk is on the second floor, next to gate B.", {"place"}),
+])
+def test_a_candidate_with_the_kind_of_thing_asked_for_meets_every_asked_type(request_: str, candidate: str,
+                                                                             asked: set[str]) -> None:
+    assert answer_types(request_, candidate) == (asked, asked)
+    assert answer_type_signals(request_, candidate) == [1.0, 0.0, 0.0]
+
+
+def test_a_same_topic_candidate_without_a_price_leaves_the_asked_price_unmet() -> None:
+    asked, met = answer_types("羽毛球馆周末场地多少钱一小时？", "周末场地要提前三天在小程序上抢，每人限订两小时。")
+    assert "money" in asked and "money" not in met
+    assert answer_type_signals("How much is the parking?", "The car park is behind the library.")[1] > 0
+
+
+def test_a_request_that_asks_no_typed_question_raises_no_answer_type_signal() -> None:
+    assert answer_type_signals("Tell me about the Alder Inn.", "The Alder Inn has twelve rooms.") == [0.0, 0.0, 0.0]
+
+
+COMPARATIVE, QUANTIFIER, CHANGED_UNIT = 0, 1, 2
+
+
+@pytest.mark.parametrize(("context", "answer", "signal"), [
+    ("The trail is 5 miles long.", "The trail is more than 5 miles long.", COMPARATIVE),
+    ("今年营收为 300 万元。", "今年营收超过 300 万元。", COMPARATIVE),
+    ("Most visitors finish in two hours.", "All visitors finish in two hours.", QUANTIFIER),
+    ("大部分门店周日营业。", "所有门店周日都营业。", QUANTIFIER),
+    ("The trail is 5 miles long.", "The trail is 5 km long.", CHANGED_UNIT),
+    ("手续费为 3 元。", "手续费为 3 美元。", CHANGED_UNIT),
+])
+def test_an_added_comparative_quantifier_or_changed_unit_raises_its_signal(context: str, answer: str,
+                                                                           signal: int) -> None:
+    assert claim_word_signals(context, answer)[signal] == 1.0
+
+
+def test_an_answer_that_keeps_the_contexts_comparatives_quantifiers_and_units_raises_none() -> None:
+    context = "Most of the 12 rooms are larger than 20 m², and every room has a desk."
+    assert claim_word_signals(context, "Every room has a desk, and most of the 12 rooms are larger than 20 m².") \
+        == [0.0, 0.0, 0.0]
 
 
 PINYIN, LATIN_WORDS, FUNCTION_WORDS = -1, 17, 19
