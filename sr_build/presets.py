@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-REVISION = 9  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
+REVISION = 10  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
 #    signal weights, penalties up to 10, CV accuracy per language in the report; 4: pii signals from the PII
 #    libraries (pii_zh's validated entities and LAC names/addresses, phonenumbers US/GB/CN, IBAN); 5: pii_zh's
 #    resident identity numbers by check digit, birth date and a known area code (not stdnum's county-in-birth-year);
@@ -39,7 +39,8 @@ REVISION = 9  # 3: signals in preset_signals (grounded numbers by value, weekday
 #    the given name, time words, nicknames, places named after a family), ids in 4-4-4-4-2, and names in Latin
 #    letters in Chinese text (gateway/decisions/romanized.py); 8: spoken Chinese numerals in the grounded signals
 #    (一百五 is 150, 四千五 is 4,500, 三两 is three liang, not 32); 9: the grounded head embeds its parts with E5's
-#    prefixes (presets.ENCODER_PREFIXES, chosen by tools/pair_features_cv)
+#    prefixes (presets.ENCODER_PREFIXES, chosen by tools/pair_features_cv); 10: the relevance head reads the gap
+#    between its parts' scripts and the cosine of its E5-prefixed parts (presets.ALSO_PREFIXED, set G)
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tools" / "decisions_eval" / "presets"
 FOLDS = 5

@@ -21,6 +21,10 @@ joined lets the encoder's attention see them together, which per-part vectors ca
   the candidate has no evidence of (`answer_type_signals` below); grounded (B +): a comparative or a quantifier the
   answer adds, and a number whose unit changed (`claim_word_signals`). Neither passed the 1-point bar (relevance
   +0.27, grounded +0.67 on 739/740 train lines), so they live here, not among the served signals.
+- G: the served set plus the gap between the parts' scripts (|CJK share of one − CJK share of the other|) and, for
+  relevance, the cosine of the prefixed parts (registered 2026-12-06 10:29, after v13 showed relevance rejecting
+  every relevant cross-language pair: its overlap signals are zero across languages, while E5's prefixed cosine
+  is the score it was trained to give across them).
 
 Each is scored exactly as the build scores a head (`sr_build.presets.cross_validate`: the same grouped folds,
 penalty and signal-weight grid and served rule) over `train` lines only; held-out lines are never read. The
@@ -38,12 +42,12 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.decisions.families.preset_signals import chinese_numeral
+from gateway.decisions.families.preset_signals import chinese_numeral, script_gap
 from sr_build.presets import DATA, ROOT, InProcessEncoder, cross_validate, load_lines, texts_of
 
 PRESETS = ("relevance", "grounded")
 PREFIXES = ("query: ", "passage: ")
-SETS = ("A", "B", "C", "D", "E", "F")
+SETS = ("A", "B", "C", "D", "E", "F", "G")
 # a sentence or clause ends at CJK or Latin end punctuation (a Latin full stop only before a space: not 3.5 or v1.2)
 SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|(?<=[.])\s+|\n+")
 Embed = Callable[[list[str]], list[np.ndarray]]
@@ -194,31 +198,43 @@ def alignment(kind: str, first: str, second: str, embed: Embed) -> list[float]:
 
 
 def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str) -> tuple[np.ndarray, int]:
-    """One feature set's rows and its count of trailing signal columns."""
+    """One feature set's rows and its count of trailing signal columns. Sets A–F are defined over the features as
+    they were before G (relevance's G columns, served since 2026-12-06, are cut off for them)."""
     from gateway.decisions.families.presets import features, signal_count
 
-    signals = signal_count(kind)
+    since_g = 2 if kind == "relevance" else 0  # relevance's trailing columns added with G: script gap, cosine
+    signals = signal_count(kind) - since_g
+
+    def before_g(vectors: list[np.ndarray]) -> np.ndarray:
+        row = features(kind, [first, second], [*vectors, *vectors] if since_g else vectors)
+        return row[: len(row) - since_g]
+
     rows: list[np.ndarray] = []
     for first, second in texts:
         raw = embed([first, second])
         prefixed = embed([PREFIXES[0] + first, PREFIXES[1] + second])
-        base = features(kind, [first, second], raw)
+        base = before_g(raw)
         head, tail = base[: len(base) - signals], base[len(base) - signals:]
         if which == "A":
             rows.append(base)
         elif which == "B":
-            rows.append(features(kind, [first, second], prefixed))
+            rows.append(before_g(prefixed))
         elif which == "C":
             rows.append(np.concatenate([head, [_cos(*prefixed)], tail]))
         elif which == "D":
             rows.append(np.concatenate([head, embed([first + "\n" + second])[0], tail]))
         elif which == "E":
             rows.append(np.concatenate([head, alignment(kind, first, second, embed), tail]))
-        elif kind == "grounded":  # F over the served B
-            rows.append(np.concatenate([features(kind, [first, second], prefixed), claim_word_signals(first, second)]))
-        else:  # F over the served A
+        elif which == "F" and kind == "grounded":  # over the served B
+            rows.append(np.concatenate([before_g(prefixed), claim_word_signals(first, second)]))
+        elif which == "F":  # over A
             rows.append(np.concatenate([base, answer_type_signals(first, second)]))
-    return np.stack(rows), signals + {"C": 1, "E": 2, "F": 3}.get(which, 0)
+        elif kind == "grounded":  # G over the served B
+            rows.append(np.concatenate([before_g(prefixed), [script_gap(first, second)]]))
+        else:  # G over A: what relevance serves (features() computes both columns now)
+            rows.append(features(kind, [first, second], [*raw, *prefixed]))
+    extra = {"C": 1, "E": 2, "F": 3, "G": 1 if kind == "grounded" else 2}
+    return np.stack(rows), signals + extra.get(which, 0)
 
 
 def main() -> None:

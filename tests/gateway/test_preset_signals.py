@@ -15,6 +15,7 @@ from gateway.decisions.families.preset_signals import (
     grounded_signals,
     language_features,
     numbers,
+    relevance_signals,
 )
 from gateway.decisions.families.presets import Head, features, signal_count
 from sr_build import presets as build
@@ -96,6 +97,13 @@ def test_a_same_topic_candidate_without_a_price_leaves_the_asked_price_unmet() -
 
 def test_a_request_that_asks_no_typed_question_raises_no_answer_type_signal() -> None:
     assert answer_type_signals("Tell me about the Alder Inn.", "The Alder Inn has twelve rooms.") == [0.0, 0.0, 0.0]
+
+
+def test_relevance_reads_a_chinese_request_beside_an_english_passage_as_a_script_gap_not_missing_overlap() -> None:
+    across = relevance_signals("停车场要收费吗？", "Parking is free for the first two hours.")
+    same = relevance_signals("停车场要收费吗？", "停车场前两小时免费。")
+    assert across[1] == 0 and across[2] == 1.0  # no CJK pair in common: overlap says nothing here
+    assert same[2] == 0.0 and same[1] > 0
 
 
 COMPARATIVE, QUANTIFIER, CHANGED_UNIT = 0, 1, 2

@@ -16,7 +16,8 @@ names its entries in order; a change to any of them is a change to the heads (sr
   numerals, thousands separators ignored), weekdays the answer names that the context does not, Latin names and
   codes (capitalised words, `KT-200`) the answer adds, a negation on one side only, and the share of the answer's
   words and CJK character pairs the context lacks.
-- `relevance_signals` (request, candidate): the share of the request's words and CJK pairs the candidate has.
+- `relevance_signals` (request, candidate): the share of the request's words and CJK pairs the candidate has, and
+  the gap between the parts' CJK shares (the head learns to discount overlap across languages).
 - `language_features`: lingua-language-detector's confidences over the languages in play, the shares of CJK, Latin,
   kana and hangul letters, and counts that separate a borrowed token from code-mixing: Latin words left once URLs,
   identifiers, acronyms and numbers are removed, CJK characters, and English function words.
@@ -166,9 +167,22 @@ def grounded_signals(context: str, answer: str) -> list[float]:
             math.log1p(len(answer) / max(1, len(context)))]
 
 
+def _cjk_share(text: str) -> float:
+    letters = [ch for ch in text if ch.isalpha()]
+    return len(_CJK.findall("".join(letters))) / len(letters) if letters else 0.0
+
+
+def script_gap(first: str, second: str) -> float:
+    """How far apart two texts' scripts are: 1 for a Chinese text beside an English one, 0 for the same mix."""
+    return abs(_cjk_share(first) - _cjk_share(second))
+
+
 def relevance_signals(request: str, candidate: str) -> list[float]:
-    return [1.0 - _missing(_words(request), _words(candidate)), 1.0 - _missing(_bigrams(request),
-                                                                              _bigrams(candidate))]
+    """The share of the request's words and CJK pairs the candidate has, and how far apart the two parts' scripts
+    are (1 for a Chinese request beside an English passage): overlap says nothing across languages."""
+    return [1.0 - _missing(_words(request), _words(candidate)),
+            1.0 - _missing(_bigrams(request), _bigrams(candidate)),
+            script_gap(request, candidate)]
 
 
 @lru_cache(maxsize=1)
