@@ -111,16 +111,15 @@ ANSWER_TYPES: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
      re.compile(r"\b(?:street|st\.|road|rd\.|avenue|ave|floor|building|room|located|next to|near|opposite|behind"
                 r"|entrance|station|counter|desk|gate|terminal|lobby|office|branch|address|corner|downstairs|upstairs"
                 r"|inside|outside|at the|in the)\b|路|街|巷|号|楼|层|室|位于|旁边|对面|附近|门口|入口|出口"
-                r"|大厅|柜台|窗口"
-                r"|站|馆|店|中心|在.{1,12}[里内上下旁边]", re.IGNORECASE)),
+                r"|大厅|柜台|窗口|站|馆|店|中心|在.{1,12}[里内上下旁边]", re.IGNORECASE)),
     ("procedure",
      re.compile(r"how (?:do|can|should|would|could|to|does one)\b|what steps|steps to|walk me through"
                 r"|怎么|如何|怎样|步骤|咋|办法|方法", re.IGNORECASE),
      re.compile(r"\b(?:first|then|next|finally|click|tap|run|open|go to|select|choose|use|set|enter|type|install"
                 r"|press|add|remove|restart|call|email|visit|bring|submit|fill|apply|contact|log in|sign in"
                 r"|you can|you need|you should|make sure|step)\b|`|→|先|然后|再|接着|最后|点击|打开|进入"
-                r"|选择|输入|执行|运行"
-                r"|设置|使用|安装|重启|拨打|联系|提交|填写|申请|携带|带上|可以|需要|只要|登录|扫码", re.IGNORECASE)),
+                r"|选择|输入|执行|运行|设置|使用|安装|重启|拨打|联系|提交|填写|申请|携带|带上|可以|需要"
+                r"|只要|登录|扫码", re.IGNORECASE)),
 )
 _NUMERIC_TYPES = frozenset(("money", "when", "duration", "count"))
 
