@@ -8,6 +8,11 @@ a forward of the text. This measures that claim on the served stack: requests/s,
 cache is off, and option texts are warmed before each cell (as a running router's would be).
 
     .venv/bin/python -m tools.bench_questions [--requests 200] [--write]
+    .venv/bin/python -m tools.bench_questions --pairs [--requests 300]
+
+`--pairs` prices the two-part presets instead: one relevance question (its parts read as written and with E5's
+prefixes, four encoder rows) against one grounded question (two rows) about the same (first, second) texts, the
+relevance preset's train pairs, alternating presets in two rounds per concurrency.
 """
 
 from __future__ import annotations
@@ -53,13 +58,39 @@ def body(count: int, offset: int = 0) -> Callable[[int], dict[str, Any]]:
     return lambda i: {"model": MODEL, "state": text(i + offset), "questions": questions}
 
 
+def pair_body(preset: str, pairs: list[tuple[str, str]]) -> Callable[[int], dict[str, Any]]:
+    parts = ("request", "candidate") if preset == "relevance" else ("context", "answer")
+    return lambda i: {"model": MODEL, "state": dict(zip(parts, pairs[i % len(pairs)], strict=True)),
+                      "questions": {"q": {"type": "noul", "preset": preset}}}
+
+
+def bench_pairs(levels: list[int], requests: int) -> None:
+    from sr_build.presets import DATA, load_lines
+
+    lines = [line for line in load_lines(DATA / "relevance.jsonl") if line["split"] == "train"]
+    pairs = [(line["state"]["request"], line["state"]["candidate"]) for line in lines]
+    print(machine(), flush=True)
+    with gateway(["--models", MODEL, "--result-cache", "off"]) as (url, _pid):
+        for preset in ("relevance", "grounded"):
+            asyncio.run(http_load(url, "/v1/decisions", pair_body(preset, pairs), 4, 64))
+        for c in levels:
+            for round_ in range(2):
+                for preset in ("grounded", "relevance"):
+                    run = asyncio.run(http_load(url, "/v1/decisions", pair_body(preset, pairs), c, requests))
+                    print({"preset": preset, "c": c, "round": round_, **run.summary()}, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=200, help="requests per cell")
     parser.add_argument("--concurrency", default="1,8")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--pairs", action="store_true", help="relevance (4 rows) against grounded (2 rows)")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
+    if args.pairs:
+        bench_pairs(levels, args.requests)
+        return
     rows: list[dict[str, Any]] = []
     with gateway(["--models", MODEL, "--result-cache", "off"]) as (url, _pid):
         asyncio.run(http_load(url, "/v1/decisions", body(len(QUESTIONS), 10**6), 4, 32))  # options, heads, buffers
