@@ -72,6 +72,13 @@ def stop(proc: subprocess.Popen) -> int:  # type: ignore[type-arg]
     return int(proc.returncode)
 
 
+def log_tail(log_name: str, lines: int = 40) -> str:
+    """The end of a served process's log, attached to a failure: CI keeps only what pytest prints."""
+    path = LOGS / log_name
+    text = path.read_text(errors="replace") if path.is_file() else "(no log)"
+    return f"last {lines} lines of {path}:\n" + "\n".join(text.splitlines()[-lines:])
+
+
 @contextlib.contextmanager
 def serving(repo: Path, log_name: str, what: str, settled: tuple[str, ...] = ("ready", "failed"),
             timeout: float = READY_S) -> Iterator[str]:
@@ -83,6 +90,9 @@ def serving(repo: Path, log_name: str, what: str, settled: tuple[str, ...] = ("r
     try:
         wait_for(lambda: httpx.get(url + "/health", timeout=2).json()["status"] in settled, timeout, what, proc)
         yield url
+    except Exception as exc:
+        exc.add_note(log_tail(log_name))
+        raise
     finally:
         assert stop(proc) == 0, f"{what} did not exit cleanly"
 
@@ -142,6 +152,9 @@ def serve_gateway(triton_url: str, log_name: str, *flags: str, timeout: float = 
         health = httpx.get(url + "/health").json()
         assert health["status"] == "ready", f"the gateway ({log_name}) is not ready: {health}"
         yield url
+    except Exception as exc:
+        exc.add_note(log_tail(log_name))
+        raise
     finally:
         code = stop(proc)
     assert code == 0, f"the gateway ({log_name}) did not exit cleanly"

@@ -233,7 +233,7 @@ def test_a_model_tuned_to_another_engine_is_served_by_triton_and_passes_its_gold
     assert configured_choice(repo_copy / MODEL / "config.pbtxt")["engine"] == "onnxruntime"
     with serving(repo_copy, f"serve-{engine}.log", f"gateway ({engine})") as url:
         served = httpx.get(url + "/v1/models").json()["data"][0]
-        assert served["status"] == "ready", served
+        assert served["status"] == "ready", (served["reason"], served["golden"])
         assert served["engine"] == f"triton/{engine}" and served["engine_args"]["precision"] == "fp32"
         assert served["golden"]["status"] == "matched"
         got = httpx.post(url + "/v1/embeddings", json={"model": MODEL, "input": "How do I reset my password?"})
