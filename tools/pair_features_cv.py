@@ -25,6 +25,11 @@ joined lets the encoder's attention see them together, which per-part vectors ca
   relevance, the cosine of the prefixed parts (registered 2026-12-06 10:29, after v13 showed relevance rejecting
   every relevant cross-language pair: its overlap signals are zero across languages, while E5's prefixed cosine
   is the score it was trained to give across them).
+- H: grounded only, the served B plus three number columns (registered 2026-12-06 12:57, session 25, after v14's
+  grounded head got none of five changed numbers right: its "new number" signal fires as often on a faithful
+  rounding or a sum as on a changed value). Each answer number the context lacks, read with 万/亿/thousand/million
+  multipliers, is explained by a rounding of a context number (within 10 %, to fewer significant figures), else by
+  a fixed unit factor or one operation on two context numbers, else not at all (`number_signals`).
 
 Each is scored exactly as the build scores a head (`sr_build.presets.cross_validate`: the same grouped folds,
 penalty and signal-weight grid and served rule) over `train` lines only; held-out lines are never read. The
@@ -47,7 +52,7 @@ from sr_build.presets import DATA, ROOT, InProcessEncoder, cross_validate, load_
 
 PRESETS = ("relevance", "grounded")
 PREFIXES = ("query: ", "passage: ")
-SETS = ("A", "B", "C", "D", "E", "F", "G")
+SETS = ("A", "B", "C", "D", "E", "F", "G", "H")
 # a sentence or clause ends at CJK or Latin end punctuation (a Latin full stop only before a space: not 3.5 or v1.2)
 SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|(?<=[.])\s+|\n+")
 Embed = Callable[[list[str]], list[np.ndarray]]
@@ -176,6 +181,70 @@ def claim_word_signals(context: str, answer: str) -> list[float]:
             float(bool(_terms(_QUANTIFIER, answer) - _terms(_QUANTIFIER, context))), float(changed_unit)]
 
 
+# -- numbers an answer has and its context lacks, and what explains them (set H) ------------------------------------
+_SCALED = re.compile(r"(\d+(?:,\d{3})*(?:\.\d+)?)\s*(万|亿|thousand|million|billion)?", re.IGNORECASE)
+_SCALE = {"万": 1e4, "亿": 1e8, "thousand": 1e3, "million": 1e6, "billion": 1e9}
+_CN_UNIT_AFTER = "个年月日号天点岁元块次倍折分秒层楼人周期位种项张本台辆件公里米克斤"
+# minutes/hours, hours/day, days/week, months/year, percent, metric prefixes, seconds/hour: a value restated in
+# another unit (2 h = 120 min); 2 and 10 are left out, they would explain too many changed numbers (80 → 160)
+UNIT_FACTORS = (60.0, 24.0, 7.0, 12.0, 100.0, 1000.0, 3600.0)
+MAX_CONTEXT_NUMBERS = 30  # pairs of context numbers tried for a sum, difference, product or ratio
+# a rounding is said as one: "about 30" for 29 is faithful, a bare "30" for 29 is a changed number
+HEDGE = re.compile(r"\b(?:about|around|roughly|approximately|nearly|almost|close to|over|more than|under|less than"
+                   r"|or so)\b|~|约|大约|大概|左右|将近|接近|上下|差不多|不到|超过|(?<=[\d十百千万])[多余]",
+                   re.IGNORECASE)
+
+
+def number_values(text: str) -> set[float]:
+    """Every number's value: Arabic numerals with a 万/亿/thousand/million/billion after them (5.8万 is 58,000),
+    and Chinese numeral runs longer than one character or followed by a measure word."""
+    values = {float(m.group(1).replace(",", "")) * _SCALE.get((m.group(2) or "").lower(), 1.0)
+              for m in _SCALED.finditer(text)}
+    for m in CN_NUMERAL.finditer(text):
+        after = text[m.end():m.end() + 1]
+        if m.start() and (text[m.start() - 1].isdigit() or text[m.start() - 1] == "."):
+            continue  # the 万 of 5.8万
+        if m.group() == "一":
+            continue  # 一次, 一箱: "a", "once"; a count of one is rarely the claim that changed
+        if len(m.group()) > 1 or (after and after in _CN_UNIT_AFTER):
+            value = chinese_numeral(m.group())
+            if value:
+                values.add(value)
+    return values
+
+
+def _significant(value: float) -> int:
+    return len(f"{abs(value):.10g}".replace(".", "").strip("0")) or 1
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b))
+
+
+def explanation(value: float, context: set[float], hedged: bool) -> str:
+    """Why an answer number the context lacks may still follow from it: `rounding` (only where the answer hedges),
+    `derived` or `none`."""
+    if hedged and any(c and abs(value - c) <= 0.1 * abs(c) and _significant(value) < _significant(c) for c in context):
+        return "rounding"
+    known = sorted(context)[:MAX_CONTEXT_NUMBERS]
+    if any(_close(value, c * f) or _close(value, c / f) for c in known for f in UNIT_FACTORS):
+        return "derived"
+    for i, a in enumerate(known):
+        for b in known[i + 1:]:
+            if any(_close(value, r) for r in (a + b, b - a, a * b, b / a if a else -1.0)):
+                return "derived"
+    return "none"
+
+
+def number_signals(context: str, answer: str) -> list[float]:
+    """Set H's columns: an answer number that nothing in the context explains, one that only a rounding explains,
+    one that only a unit factor or arithmetic explains."""
+    source = number_values(context)
+    hedged = bool(HEDGE.search(answer))
+    why = {explanation(v, source, hedged) for v in number_values(answer) if not any(_close(v, c) for c in source)}
+    return [float("none" in why), float("rounding" in why), float("derived" in why)]
+
+
 def _cos(u: np.ndarray, v: np.ndarray) -> float:
     return float(u @ v / max(float(np.linalg.norm(u) * np.linalg.norm(v)), 1e-12))
 
@@ -228,11 +297,15 @@ def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str) ->
             rows.append(np.concatenate([before_g(prefixed), claim_word_signals(first, second)]))
         elif which == "F":  # over A
             rows.append(np.concatenate([base, answer_type_signals(first, second)]))
+        elif which == "H" and kind == "grounded":  # over the served B
+            rows.append(np.concatenate([before_g(prefixed), number_signals(first, second)]))
+        elif which == "H":
+            raise SystemExit("set H is defined for grounded only")
         elif kind == "grounded":  # G over the served B
             rows.append(np.concatenate([before_g(prefixed), [script_gap(first, second)]]))
         else:  # G over A: what relevance serves (features() computes both columns now)
             rows.append(features(kind, [first, second], [*raw, *prefixed]))
-    extra = {"C": 1, "E": 2, "F": 3, "G": 1 if kind == "grounded" else 2}
+    extra = {"C": 1, "E": 2, "F": 3, "G": 1 if kind == "grounded" else 2, "H": 3}
     return np.stack(rows), signals + extra.get(which, 0)
 
 

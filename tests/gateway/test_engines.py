@@ -7,6 +7,7 @@ window is shortened so the measurements stay quick, the decisions they drive are
 from __future__ import annotations
 
 import shutil
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from sr_backend.ragged import RaggedRunner
 from sr_build import tune, tune_measure, tune_samples, tune_text
 from sr_common.tuned_config import generated_config, is_stale, refresh
 
-from .conftest import serving
+from .conftest import LOGS, serving
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 MODEL = "all-minilm-l6-v2"
@@ -231,9 +232,14 @@ def test_a_model_tuned_to_another_engine_is_served_by_triton_and_passes_its_gold
     tune.tune_model(card, engine=engine, precision="fp32", log=lambda _: None)
     # the tracked config still names ONNX Runtime: only the generated one (--model-config-name) names the engine
     assert configured_choice(repo_copy / MODEL / "config.pbtxt")["engine"] == "onnxruntime"
-    with serving(repo_copy, f"serve-{engine}.log", f"gateway ({engine})") as url:
+    # ready, not merely settled: a load that failed once is tried again (--model-retry-s), as in production; a
+    # model that keeps failing times out with the log's tail, and one that healed is reported, not hidden
+    with serving(repo_copy, f"serve-{engine}.log", f"gateway ({engine})", settled=("ready",)) as url:
         served = httpx.get(url + "/v1/models").json()["data"][0]
         assert served["status"] == "ready", (served["reason"], served["golden"])
+        failed_loads = [line for line in (LOGS / f"serve-{engine}.log").read_text().splitlines() if " failed: " in line]
+        if failed_loads:
+            warnings.warn(f"{engine}: ready after failed loads: {failed_loads}", stacklevel=1)
         assert served["engine"] == f"triton/{engine}" and served["engine_args"]["precision"] == "fp32"
         assert served["golden"]["status"] == "matched"
         got = httpx.post(url + "/v1/embeddings", json={"model": MODEL, "input": "How do I reset my password?"})

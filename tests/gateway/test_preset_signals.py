@@ -19,7 +19,13 @@ from gateway.decisions.families.preset_signals import (
 )
 from gateway.decisions.families.presets import Head, features, signal_count
 from sr_build import presets as build
-from tools.pair_features_cv import answer_type_signals, answer_types, claim_word_signals
+from tools.pair_features_cv import (
+    answer_type_signals,
+    answer_types,
+    claim_word_signals,
+    number_signals,
+    number_values,
+)
 
 CONTEXT = "The museum opens at 9:30 on Tuesdays; entry is 1,200 yen, and the guide is Clara Voss (model KT-200)."
 NEW_NUMBER, SHARE_NEW, NEW_DAY, NEW_NAME, NEG_MISMATCH = 0, 1, 2, 3, 4
@@ -126,6 +132,38 @@ def test_an_answer_that_keeps_the_contexts_comparatives_quantifiers_and_units_ra
     context = "Most of the 12 rooms are larger than 20 m², and every room has a desk."
     assert claim_word_signals(context, "Every room has a desk, and most of the 12 rooms are larger than 20 m².") \
         == [0.0, 0.0, 0.0]
+
+
+UNEXPLAINED, ROUNDED, DERIVED = 0, 1, 2
+
+
+def test_a_number_with_a_scale_word_after_it_is_read_at_its_scale() -> None:
+    assert number_values("总数达到5.8万个，预算1.2亿元") == {58000.0, 1.2e8}
+    assert number_values("The hall cost £3.2 million, about 3,200 thousand pounds.") == {3.2e6}
+    assert number_values("充一次电能扫两个小时") == {2.0}  # 一次 is "once", not a claim of one
+
+
+@pytest.mark.parametrize(("context", "answer", "signal"), [
+    ("The bridge carries 38,000 vehicles a day.", "It carries 83,000 vehicles a day.", UNEXPLAINED),
+    ("每班限额35人，目前已报名29人。", "每班最多收30人，已经报了29人。", UNEXPLAINED),  # 30 for 35, no hedge
+    ("全市新增充电桩12600个，总数达到5.8万个。", "新增了一万两千多个，总量接近六万。", ROUNDED),
+    ("The exhibition drew 24,600 visitors.", "Close to 25,000 people saw it.", ROUNDED),
+    ("充满电需要4小时，可连续清扫120分钟。", "能扫两个小时，充满要四个小时。", DERIVED),  # 120 min = 2 h
+    ("The first leg takes 30 days and the second 15 days.", "Both legs take 45 days.", DERIVED),
+])
+def test_an_answer_number_the_context_lacks_is_explained_by_rounding_arithmetic_or_nothing(
+        context: str, answer: str, signal: int) -> None:
+    signals = number_signals(context, answer)
+    assert signals[signal] == 1.0 and sum(signals) == 1.0
+
+
+def test_a_bare_round_number_beside_a_precise_one_is_a_change_not_a_rounding() -> None:
+    assert number_signals("The county paid 1,940 pounds.", "The county paid 2,000 pounds.")[UNEXPLAINED] == 1.0
+    assert number_signals("The county paid 1,940 pounds.", "The county paid about 2,000 pounds.") == [0.0, 1.0, 0.0]
+
+
+def test_an_answer_that_repeats_the_contexts_numbers_raises_no_number_signal() -> None:
+    assert number_signals("票价80元，往返票140元。", "往返要140元，单程80元。") == [0.0, 0.0, 0.0]
 
 
 PINYIN, LATIN_WORDS, FUNCTION_WORDS = -1, 17, 19
