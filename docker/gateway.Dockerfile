@@ -38,6 +38,8 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
     SR_GATEWAY_MODEL_REPOSITORY=/opt/sr-gateway/model_repository HOME=/tmp XDG_CACHE_HOME=/tmp/cache
 COPY docker/requirements/gateway.txt /tmp/requirements/gateway.txt
 COPY --from=build /wheels /wheels
+# libjemalloc2: tritonserver's allocator (`--triton-allocator auto`; glibc's malloc lets its heap creep, issue 23)
+RUN apt-get update && apt-get install -y --no-install-recommends libjemalloc2 && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
     pip install --require-hashes -r /tmp/requirements/gateway.txt \
  && pip install --no-index --no-deps /wheels/*.whl && pip check \

@@ -53,11 +53,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 def triton_process(args: argparse.Namespace, on_exit: Callable[[int], None] | None = None) -> TritonProcess:
     """The supervised tritonserver `sr-gateway triton ARGS` runs (not started)."""
-    from .supervisor import TritonProcess
+    from .supervisor import TritonProcess, triton_preload
 
     return TritonProcess(Path(args.model_repository), grpc_port=args.grpc_port, threads=args.threads,
                          metrics_port=args.metrics_port, metrics_address=args.metrics_address,
-                         exit_timeout_s=args.exit_timeout_s, on_exit=on_exit)
+                         exit_timeout_s=args.exit_timeout_s, preload=triton_preload(args.allocator),
+                         on_exit=on_exit)
 
 
 def _triton(args: argparse.Namespace) -> int:
@@ -74,7 +75,7 @@ def _triton(args: argparse.Namespace) -> int:
             codes.append(code)
             stop.set()
 
-        process = triton_process(args, on_exit=exited)
+        process = triton_process(args, on_exit=exited)  # AllocatorError: caught below
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -85,7 +86,13 @@ def _triton(args: argparse.Namespace) -> int:
         await process.stop(timeout=args.exit_timeout_s + 5)
         return codes[0] if codes else 0
 
-    return asyncio.run(run())
+    from .supervisor import AllocatorError
+
+    try:
+        return asyncio.run(run())
+    except AllocatorError as exc:
+        print(f"sr-gateway triton: {exc}", file=sys.stderr)
+        return 2
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -158,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
     triton.add_argument("--exit-timeout-s", type=int,
                         default=os.environ.get("SR_GATEWAY_TRITON_EXIT_TIMEOUT_S", "30"),
                         help="on SIGTERM, how long tritonserver lets in-flight inferences finish")
+    triton.add_argument("--allocator", choices=["auto", "jemalloc", "glibc"],
+                        default=os.environ.get("SR_GATEWAY_TRITON_ALLOCATOR", "auto"),
+                        help="tritonserver's malloc: auto (jemalloc where installed), jemalloc or glibc; the Python "
+                             "stubs keep glibc's")
     triton.set_defaults(run=_triton)
     models = commands.add_parser("models", help="model repository tasks")
     model_commands = models.add_subparsers(dest="models_command", required=True)

@@ -22,7 +22,7 @@ from .accelerator import accelerator_of, triton_is_local
 from .inference import Inference
 from .readiness import check_golden, prepare_heads
 from .runtime import Runtime, ServedModel, apply_loaded_config
-from .supervisor import TritonProcess, still_in_group
+from .supervisor import TritonProcess, still_in_group, triton_preload
 from .triton import Triton, TritonFailure
 
 log = logging.getLogger("sr_gateway.lifecycle")
@@ -125,7 +125,8 @@ class Lifecycle:
         while not self._stopping:
             self.process = TritonProcess(settings.model_repository, grpc_port=settings.triton_grpc_port,
                                          threads=settings.threads, metrics_port=settings.triton_metrics_port,
-                                         metrics_address=settings.triton_metrics_address)
+                                         metrics_address=settings.triton_metrics_address,
+                                         preload=triton_preload(settings.triton_allocator))
             try:
                 await self.process.start()
                 inference = self._connect(self.process.url)

@@ -34,6 +34,9 @@ class Settings(SettingsBase):
     triton_grpc_port: int = field(default=0, metadata={"help": "gRPC port of the child tritonserver (0 = pick free)"})
     triton_startup_s: float = field(default=180.0, metadata={
         "formerly": "triton_startup_seconds", "help": "how long to wait for Triton to come up"})
+    triton_allocator: str = field(default="auto", metadata={
+        "help": "child mode: tritonserver's malloc: auto (jemalloc where libjemalloc.so.2 is installed, else glibc), "
+                "jemalloc (required) or glibc; its Python stubs keep glibc's either way"})
     triton_metrics_port: int = field(default=0, metadata={
         "help": "child mode: port of the child tritonserver's Prometheus metrics (0 = off)"})
     triton_metrics_address: str = field(default="127.0.0.1", metadata={
@@ -79,6 +82,15 @@ class Settings(SettingsBase):
             raise self.error("result_cache", f"must be exact, all or off, not {self.result_cache!r}")
         if self.systemone_schema not in ("vllm-sr/5.0", "vllm-sr/4.0"):
             raise self.error("systemone_schema", f"must be vllm-sr/5.0 or vllm-sr/4.0, not {self.systemone_schema!r}")
+        if self.triton_allocator not in ("auto", "jemalloc", "glibc"):
+            raise self.error("triton_allocator", f"must be auto, jemalloc or glibc, not {self.triton_allocator!r}")
+        if self.triton_allocator == "jemalloc" and not self.triton_url:
+            from .supervisor import AllocatorError, triton_preload
+
+            try:
+                triton_preload("jemalloc")
+            except AllocatorError as exc:
+                raise self.error("triton_allocator", str(exc)) from None
         if self.log_format not in ("text", "json"):
             raise self.error("log_format", f"{self.log_format!r} is not text or json")
         for name in ("model_retry_s", "liveness_failed_s", "triton_restart_backoff_s"):

@@ -6,6 +6,13 @@ backend directory, so we assemble that directory outside site-packages (cached, 
 No orphans: tritonserver leads its own process group, which its Python-backend stubs inherit, and gets SIGTERM when
 the gateway dies (PR_SET_PDEATHSIG). When tritonserver exits, whatever is left of its group is killed and the
 shared-memory regions it named (a per-gateway prefix) are removed, so a restarted Triton starts clean.
+
+Allocator: tritonserver itself runs on jemalloc where the host has it (`--triton-allocator`). Under glibc's
+malloc its ≈ 10 MiB heap creeps by 3–9 % per 10 minutes of varied traffic (freed chunks fragmenting its arenas,
+given back only by malloc_trim); on jemalloc the floor of its samples grew 0.3 % per 10 minutes, at about 10 MiB
+more (docs/benchmarks.md "Memory under a soak"). The Python-backend stubs must not inherit the preload: each one
+aborts at load with "double free or corruption" (memory taken from one allocator and freed to the other), so the
+backend directory's stub is then a wrapper that restores the caller's own LD_PRELOAD before it execs the real stub.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import socket
 import sys
 import sysconfig
 from collections.abc import Callable
+from ctypes.util import find_library
 from pathlib import Path
 
 from sr_common.tuned_config import CONFIG_NAME, ConfigError, refresh
@@ -31,6 +39,32 @@ log = logging.getLogger("sr_gateway.triton")
 SHM = Path("/dev/shm")
 STUB = "triton_python_backend_stub"
 REAP_WAIT_S = 10.0  # longest wait for an exited Triton's group to be gone before a restart or `failed`
+ALLOCATORS = ("auto", "jemalloc", "glibc")
+STUB_PRELOAD_ENV = "SR_GATEWAY_STUB_LD_PRELOAD"  # the caller's own LD_PRELOAD, given back to the stubs
+# The stub's argv[0] stays the stub's path (`exec -a`): stub_processes() and Triton's own logs name it by that.
+STUB_WRAPPER = f"""#!/bin/bash
+# Written by sr-gateway: tritonserver runs with an allocator preloaded that this stub must not inherit.
+if [ -n "${{{STUB_PRELOAD_ENV}:-}}" ]; then export LD_PRELOAD="${{{STUB_PRELOAD_ENV}}}"; else unset LD_PRELOAD; fi
+exec -a "$0" "$(dirname "$0")/{STUB}.real" "$@"
+"""
+
+
+class AllocatorError(RuntimeError):
+    pass
+
+
+def triton_preload(allocator: str) -> str | None:
+    """The library to preload into tritonserver: jemalloc's where the host has it (`auto`), required (`jemalloc`)
+    or never (`glibc`)."""
+    if allocator not in ALLOCATORS:
+        raise AllocatorError(f"allocator must be one of {', '.join(ALLOCATORS)}, not {allocator!r}")
+    if allocator == "glibc":
+        return None
+    found = find_library("jemalloc")  # ldconfig's cache: Debian's libjemalloc2 gives libjemalloc.so.2
+    if found is None and allocator == "jemalloc":
+        raise AllocatorError("--triton-allocator jemalloc: libjemalloc.so.2 is not installed "
+                             "(Debian/Ubuntu: apt-get install libjemalloc2)")
+    return found
 
 
 def _pytriton_root() -> Path:
@@ -39,23 +73,31 @@ def _pytriton_root() -> Path:
     return Path(pytriton.__file__).resolve().parent / "tritonserver"
 
 
-def backend_directory(cache: Path | None = None) -> Path:
-    """`<cache>/<key>/python/{libtriton_python.so, triton_python_backend_utils.py, triton_python_backend_stub}`."""
+def backend_directory(cache: Path | None = None, *, wrapped_stub: bool = False) -> Path:
+    """`<cache>/<key>/python/{libtriton_python.so, triton_python_backend_utils.py, triton_python_backend_stub}`;
+    with `wrapped_stub` the stub is STUB_WRAPPER in front of the real one (`<stub>.real`), in its own directory."""
     root = _pytriton_root()
     pyver = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = root / "python_backend_stubs" / pyver / "triton_python_backend_stub"
+    stub = root / "python_backend_stubs" / pyver / STUB
     if not stub.is_file():
         raise RuntimeError(f"nvidia-pytriton has no Python backend stub for Python {pyver}")
     lib = root / "backends" / "python" / "libtriton_python.so"
-    key = hashlib.sha256(f"{lib.stat().st_size}:{lib.stat().st_mtime_ns}:{pyver}:{root}".encode()).hexdigest()[:16]
+    wrapper = hashlib.sha256(STUB_WRAPPER.encode()).hexdigest()[:8] if wrapped_stub else "plain"
+    key = hashlib.sha256(f"{lib.stat().st_size}:{lib.stat().st_mtime_ns}:{pyver}:{root}:{wrapper}".encode()
+                         ).hexdigest()[:16]
     base = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sr-gateway" / "backends"
     target = base / key / "python"
-    if not (target / "triton_python_backend_stub").is_file():
+    if not (target / STUB).is_file():
         tmp = target.with_name(f"python.tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         shutil.copy2(lib, tmp / lib.name)
         shutil.copy2(root / "backends" / "python" / "triton_python_backend_utils.py", tmp)
-        shutil.copy2(stub, tmp / stub.name)
+        if wrapped_stub:
+            shutil.copy2(stub, tmp / f"{STUB}.real")
+            (tmp / STUB).write_text(STUB_WRAPPER)
+            (tmp / STUB).chmod(0o755)
+        else:
+            shutil.copy2(stub, tmp / STUB)
         os.replace(tmp, target)
     return target.parent
 
@@ -78,9 +120,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def child_environment(threads: int) -> dict[str, str]:
-    """Library and module paths for tritonserver and the stub's embedded interpreter."""
+def child_environment(threads: int, preload: str | None = None) -> dict[str, str]:
+    """Library and module paths for tritonserver and the stub's embedded interpreter, and tritonserver's allocator
+    (`preload`, ahead of the caller's own LD_PRELOAD, which the wrapped stubs get back alone)."""
     env = dict(os.environ)
+    if preload is not None:
+        env[STUB_PRELOAD_ENV] = env.get("LD_PRELOAD", "")
+        env["LD_PRELOAD"] = " ".join(p for p in (preload, env.get("LD_PRELOAD", "")) if p)
     libs = [str(Path(sysconfig.get_paths()["platlib"]) / "nvidia_pytriton.libs")]
     libdir = sysconfig.get_config_var("LIBDIR")
     if libdir and Path(libdir, f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0").exists():
@@ -166,9 +212,10 @@ def stub_instances(pgid: int) -> dict[str, list[str]]:
 
 class TritonProcess:
     def __init__(self, repository: Path, *, grpc_port: int = 0, threads: int = 0, metrics_port: int = 0,
-                 metrics_address: str = "127.0.0.1", exit_timeout_s: int = 30,
+                 metrics_address: str = "127.0.0.1", exit_timeout_s: int = 30, preload: str | None = None,
                  on_exit: Callable[[int], None] | None = None) -> None:
         self.repository = repository
+        self.preload = preload  # triton_preload(): tritonserver's allocator library, None for glibc's
         self.grpc_port = grpc_port or free_port()
         self.metrics_port = metrics_port  # 0: Triton's Prometheus endpoint stays off
         self.metrics_address = metrics_address
@@ -214,12 +261,13 @@ class TritonProcess:
         refresh_generated_configs(self.repository)
         remove_stale_shm()
         self.cleanup_shm()
-        args = [*_die_with_parent(), str(binary), f"--backend-directory={backend_directory()}", *self.arguments()]
-        log.info("starting tritonserver on %s", self.url)
+        backends = backend_directory(wrapped_stub=self.preload is not None)
+        args = [*_die_with_parent(), str(binary), f"--backend-directory={backends}", *self.arguments()]
+        log.info("starting tritonserver on %s (allocator: %s)", self.url, self.preload or "glibc malloc")
         self._stopping = False
         self.exited = asyncio.get_running_loop().create_future()
         self.proc = await asyncio.create_subprocess_exec(
-            *args, env=child_environment(self.threads), stdin=asyncio.subprocess.DEVNULL,
+            *args, env=child_environment(self.threads, self.preload), stdin=asyncio.subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stop() signals Triton and its stubs together
         )
         self._watch = asyncio.create_task(self._wait())
