@@ -42,7 +42,8 @@ from typing import Any
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
 # newest first; v1 `heldout` lines were seen (16:22 UTC run) and moved to train
-HELDOUT = ("heldout15", "heldout14", "heldout13", "heldout12", "heldout11", "heldout10", "heldout7", "heldout3", "heldout2")
+HELDOUT = ("heldout15", "heldout14", "heldout13", "heldout12", "heldout11", "heldout10", "heldout7", "heldout3",
+           "heldout2")
 SPLITS = ("train", *HELDOUT)
 LANGS = ("en", "zh", "mixed")
 MIN_LINES = {"train": 160, "heldout2": 60, "heldout3": 60, "heldout7": 60, "heldout10": 60, "heldout11": 60,
