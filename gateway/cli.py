@@ -149,6 +149,8 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """Every command's flags (a manifest's args are checked against the same parser)."""
+    from .supervisor import ALLOCATORS
+
     parser = argparse.ArgumentParser(prog="sr-gateway", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="start Triton and the HTTP API")
@@ -165,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     triton.add_argument("--exit-timeout-s", type=int,
                         default=os.environ.get("SR_GATEWAY_TRITON_EXIT_TIMEOUT_S", "30"),
                         help="on SIGTERM, how long tritonserver lets in-flight inferences finish")
-    triton.add_argument("--allocator", choices=["auto", "jemalloc", "glibc"],
+    triton.add_argument("--allocator", choices=ALLOCATORS,
                         default=os.environ.get("SR_GATEWAY_TRITON_ALLOCATOR", "auto"),
                         help="tritonserver's malloc: auto (jemalloc where installed), jemalloc or glibc; the Python "
                              "stubs keep glibc's")

@@ -122,11 +122,11 @@ class Lifecycle:
     async def _supervise_child(self) -> None:
         settings = self.runtime.settings
         recent: deque[float] = deque()
+        preload = triton_preload(settings.triton_allocator)  # once: every restart runs the same allocator
         while not self._stopping:
             self.process = TritonProcess(settings.model_repository, grpc_port=settings.triton_grpc_port,
                                          threads=settings.threads, metrics_port=settings.triton_metrics_port,
-                                         metrics_address=settings.triton_metrics_address,
-                                         preload=triton_preload(settings.triton_allocator))
+                                         metrics_address=settings.triton_metrics_address, preload=preload)
             try:
                 await self.process.start()
                 inference = self._connect(self.process.url)

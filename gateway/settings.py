@@ -82,11 +82,11 @@ class Settings(SettingsBase):
             raise self.error("result_cache", f"must be exact, all or off, not {self.result_cache!r}")
         if self.systemone_schema not in ("vllm-sr/5.0", "vllm-sr/4.0"):
             raise self.error("systemone_schema", f"must be vllm-sr/5.0 or vllm-sr/4.0, not {self.systemone_schema!r}")
-        if self.triton_allocator not in ("auto", "jemalloc", "glibc"):
+        from .supervisor import ALLOCATORS, AllocatorError, triton_preload
+
+        if self.triton_allocator not in ALLOCATORS:
             raise self.error("triton_allocator", f"must be auto, jemalloc or glibc, not {self.triton_allocator!r}")
         if self.triton_allocator == "jemalloc" and not self.triton_url:
-            from .supervisor import AllocatorError, triton_preload
-
             try:
                 triton_preload("jemalloc")
             except AllocatorError as exc:

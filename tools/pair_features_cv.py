@@ -47,7 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.decisions.families.preset_signals import chinese_numeral, script_gap
+from gateway.decisions.families.preset_signals import _CN_NUMERAL as CN_NUMERAL
+from gateway.decisions.families.preset_signals import _CN_UNIT_AFTER, chinese_numeral, script_gap
 from sr_build.presets import DATA, ROOT, InProcessEncoder, cross_validate, load_lines, texts_of
 
 PRESETS = ("relevance", "grounded")
@@ -56,7 +57,6 @@ SETS = ("A", "B", "C", "D", "E", "F", "G", "H")
 # a sentence or clause ends at CJK or Latin end punctuation (a Latin full stop only before a space: not 3.5 or v1.2)
 SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|(?<=[.])\s+|\n+")
 Embed = Callable[[list[str]], list[np.ndarray]]
-CN_NUMERAL = re.compile(r"[零〇一二两三四五六七八九十百千万]+")
 
 
 def missing_share(have: set[str], source: set[str]) -> float:
@@ -184,7 +184,6 @@ def claim_word_signals(context: str, answer: str) -> list[float]:
 # -- numbers an answer has and its context lacks, and what explains them (set H) ------------------------------------
 _SCALED = re.compile(r"(\d+(?:,\d{3})*(?:\.\d+)?)\s*(万|亿|thousand|million|billion)?", re.IGNORECASE)
 _SCALE = {"万": 1e4, "亿": 1e8, "thousand": 1e3, "million": 1e6, "billion": 1e9}
-_CN_UNIT_AFTER = "个年月日号天点岁元块次倍折分秒层楼人周期位种项张本台辆件公里米克斤"
 # minutes/hours, hours/day, days/week, months/year, percent, metric prefixes, seconds/hour: a value restated in
 # another unit (2 h = 120 min); 2 and 10 are left out, they would explain too many changed numbers (80 → 160)
 UNIT_FACTORS = (60.0, 24.0, 7.0, 12.0, 100.0, 1000.0, 3600.0)
