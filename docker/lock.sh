@@ -17,7 +17,7 @@ command -v "$UV" >/dev/null || { echo "needs uv: .venv/bin/pip install 'uv>=0.5,
 
 compile() {  # compile OUTPUT PYTHON PLATFORM INPUTS...
   local out=$1 python=$2 platform=$3; shift 3
-  "$UV" pip compile --quiet --generate-hashes --no-emit-index-url --no-emit-find-links \
+  "$UV" pip compile --quiet --generate-hashes --no-strip-extras --no-emit-index-url --no-emit-find-links \
     --python-version "$python" --python-platform "$platform" \
     --custom-compile-command "bash docker/lock.sh" -o "$REQ/$out" "$@"
   echo "$REQ/$out: $(grep -c '^[A-Za-z0-9].*==' "$REQ/$out") packages"
