@@ -2,7 +2,7 @@
 # Builds docker/*.Dockerfile without a Docker daemon, as root: buildah (Debian package `buildah`) with vfs storage
 # and chroot isolation, then a smoke check of each image (its entrypoint's --help as the image's user, and the image
 # config: non-root USER, ENTRYPOINT; the server answering as that user: the control plane's /healthz, the gateway's
-# /health ready, i.e. its Triton serving MiniLM with the golden check passed).
+# /health ready, i.e. its Triton serving MiniLM with the golden check passed, that Triton on jemalloc, its stubs not).
 #
 #   bash docker/build_local.sh [controlplane] [gateway]     (default: controlplane)
 #
@@ -142,10 +142,23 @@ for target in "${TARGETS[@]}"; do
     kill -0 "$server" 2>/dev/null || break
     sleep 1
   done
+  # the gateway's tritonserver runs on the image's jemalloc (issue 23), and its Python stubs do not (they abort on it)
+  allocator=ok
+  if [ -n "$answer" ] && [ "$target" = gateway ]; then
+    allocator="tritonserver without jemalloc"
+    for pid in $(pgrep -x tritonserver || true); do
+      [ "$(readlink "/proc/$pid/root")" = "$root" ] && grep -q libjemalloc "/proc/$pid/maps" && allocator=ok
+    done
+    for pid in $(pgrep -f triton_python_backend_stub || true); do
+      [ "$(readlink "/proc/$pid/root")" = "$root" ] && grep -q libjemalloc "/proc/$pid/maps" && allocator="a stub on jemalloc"
+    done
+  fi
   kill -TERM "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
   stop_rooted
   [ -n "$answer" ] || { tail -20 "$WORK/$target-serve.log" >&2; echo "no answer on $probe" >&2; exit 1; }
   echo "GET $probe: $answer"
+  [ "$allocator" = ok ] || { echo "allocator check failed: $allocator" >&2; exit 1; }
+  [ "$target" != gateway ] || echo "tritonserver maps libjemalloc, no Python stub does"
   "${B[@]}" rm "$ctr" >/dev/null
   trap '[ -z "$INDEX_PID" ] || kill "$INDEX_PID" 2>/dev/null || true' EXIT
   echo "ok: $image ($("${B[@]}" images --format '{{.Size}}' "$image"))"

@@ -27,10 +27,12 @@ COPY sr_backend sr_backend
 COPY sr_build sr_build
 COPY controlplane controlplane
 COPY model_repository model_repository
-# the wheel of this repository, then the ONNX files (the export extra's packages are already installed, hashed)
+# the wheel of this repository, then the ONNX files (the export extra's packages are already installed, hashed),
+# tuned among ONNX Runtime's precisions and layouts only: this stage has torch for the export, but the final stage
+# and sr-triton install ONNX Runtime alone, so a config naming torch (or OpenVINO) would fail every load there.
 RUN pip wheel --no-index --no-deps --no-build-isolation --wheel-dir /wheels . \
  && pip install --no-index --no-deps /wheels/sr_gateway-*.whl && pip check \
- && sr-gateway models build --model-repository /src/model_repository --strict \
+ && sr-gateway models build --model-repository /src/model_repository --strict --engine onnxruntime \
  && find model_repository -name __pycache__ -prune -exec rm -rf {} +
 
 FROM ${BASE}

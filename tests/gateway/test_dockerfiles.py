@@ -116,7 +116,7 @@ def test_every_locked_requirement_is_one_version_with_its_hashes(lock: Path) -> 
     entries = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     assert entries
     for entry in entries:
-        assert re.match(r"^[A-Za-z0-9._-]+(\[[\w,-]+\])?==\S+", entry), entry
+        assert re.match(r"^[A-Za-z0-9._-]+(\[[\w, -]+\])?==\S+", entry), entry  # extras kept: `a[b, c]==1`
         assert re.search(r"--hash=sha256:[0-9a-f]{64}", entry), entry
     assert "://" not in lock.read_text(), f"{lock.name} names an index (a host) it should not"
 
@@ -173,3 +173,18 @@ def test_the_gateway_image_runs_an_init_as_pid_1() -> None:
     argv = json.loads(entrypoint)
     assert argv[0] in ("dumb-init", "tini", "/usr/bin/tini", "/usr/bin/dumb-init") and argv[-1] == "sr-gateway", argv
     assert re.search(r"^dumb-init==", (REQUIREMENTS / "gateway.txt").read_text(), re.M)
+
+
+ENGINE_PACKAGES = {"onnxruntime": "onnxruntime", "openvino": "openvino", "torch": "torch"}
+
+
+def test_the_gateway_image_tunes_only_an_engine_its_serving_images_install() -> None:
+    """The build stage has torch (for the export); a tuned config naming it fails every load in the final image and
+    in sr-triton, which install ONNX Runtime only (found by building the image, 2026-12-06)."""
+    runs = [a for k, a in instructions(ROOT / "docker" / "gateway.Dockerfile") if k == "RUN"]
+    (build,) = [part for run in runs for part in re.split(r"&&|;", run) if "models build" in part]
+    engine = re.search(r"--engine[ =](\S+)", build)
+    assert engine, f"the image build tunes across whatever engines its build stage has: {build.strip()}"
+    package = ENGINE_PACKAGES[engine.group(1)]
+    for lock in ("gateway.txt", "triton-onnxruntime.txt"):
+        assert re.search(rf"^{package}==", (REQUIREMENTS / lock).read_text(), re.M), f"{lock} lacks {package}"
