@@ -30,6 +30,15 @@ joined lets the encoder's attention see them together, which per-part vectors ca
   rounding or a sum as on a changed value). Each answer number the context lacks, read with 万/亿/thousand/million
   multipliers, is explained by a rounding of a context number (within 10 %, to fewer significant figures), else by
   a fixed unit factor or one operation on two context numbers, else not at all (`number_signals`).
+- I: the served set (relevance G, grounded B) plus four columns compared token by token (registered 2026-12-06,
+  session 26; every set above reads a part through pooled vectors or regexes). The encoder's last-layer token
+  states (`TokenStates`: the served graph's tensor before mean pooling), each token of the part that must be
+  covered (relevance: the `query: ` request; grounded: the `passage: ` answer) against every token of the other
+  part: its best cosine (ColBERT's MaxSim), then their mean, minimum, 10th and 25th percentile (`maxsim_signals`).
+- J: the served set plus K-NRM's kernel pooling over the same token cosines (registered 2026-12-06, session 26):
+  one column per RBF kernel (`KERNELS`), the covering tokens' mean of log(1 + the kernel's soft count of matches)
+  (`kernel_signals`); it keeps the shape of the whole similarity matrix where I keeps four statistics of its row
+  maxima.
 
 Each is scored exactly as the build scores a head (`sr_build.presets.cross_validate`: the same grouped folds,
 penalty and signal-weight grid and served rule) over `train` lines only; held-out lines are never read. The
@@ -53,7 +62,7 @@ from sr_build.presets import DATA, ROOT, InProcessEncoder, cross_validate, load_
 
 PRESETS = ("relevance", "grounded")
 PREFIXES = ("query: ", "passage: ")
-SETS = ("A", "B", "C", "D", "E", "F", "G", "H")
+SETS = ("A", "B", "C", "D", "E", "F", "G", "H", "I", "J")
 # a sentence or clause ends at CJK or Latin end punctuation (a Latin full stop only before a space: not 3.5 or v1.2)
 SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|(?<=[.])\s+|\n+")
 Embed = Callable[[list[str]], list[np.ndarray]]
@@ -264,7 +273,58 @@ def alignment(kind: str, first: str, second: str, embed: Embed) -> list[float]:
     return [max(scores), float(np.mean(scores))]
 
 
-def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str) -> tuple[np.ndarray, int]:
+TOKEN_STATES = "layer_norm_24"  # the last layer's output in the served ONNX graph, before its mean pooling
+
+
+class TokenStates:
+    """Set I's token states in process: the served graph with its pre-pooling tensor as one more output, the
+    card's tokenizer; special tokens and the E5 prefix's tokens are dropped, every state L2-normalised."""
+
+    def __init__(self, embed: InProcessEncoder, onnx_path: Path) -> None:
+        import onnx
+        import onnxruntime as ort
+
+        graph = onnx.load(str(onnx_path))
+        graph.graph.output.append(onnx.helper.make_tensor_value_info(TOKEN_STATES, onnx.TensorProto.FLOAT, None))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 2
+        self.session = ort.InferenceSession(graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        self.embed = embed
+        # "<s> ▁ query : …": the prefix's own tokens, counted without the specials (the prefix tokenises alike alone)
+        self.skip = {p: len(self.ids(p.rstrip())) - 2 for p in PREFIXES}
+
+    def ids(self, text: str) -> list[int]:
+        return list(self.embed.encoder.encode(text, max_tokens=self.embed.limit, overflow="truncate").ids)
+
+    def __call__(self, prefix: str, text: str) -> np.ndarray:
+        ids = np.asarray([self.ids(prefix + text)], dtype=np.int64)
+        (states,) = self.session.run([TOKEN_STATES], {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+        kept = states[0, 1 + self.skip[prefix]: -1].astype(np.float64)
+        return kept / np.maximum(np.linalg.norm(kept, axis=1, keepdims=True), 1e-12)
+
+
+def maxsim_signals(cover: np.ndarray, other: np.ndarray) -> list[float]:
+    """Set I's columns: each covering token's best cosine against the other part's tokens, summarised."""
+    if not len(cover) or not len(other):
+        return [0.0, 0.0, 0.0, 0.0]
+    best = (cover @ other.T).max(axis=1)
+    return [float(best.mean()), float(best.min()), float(np.percentile(best, 10)), float(np.percentile(best, 25))]
+
+
+# K-NRM's kernels (Xiong et al. 2017) over E5's token cosines, which sit in 0.5–1.0: soft every 0.05, and exact
+KERNELS = (*((mu / 100, 0.05) for mu in range(50, 100, 5)), (1.0, 0.001))
+
+
+def kernel_signals(cover: np.ndarray, other: np.ndarray) -> list[float]:
+    """Set J's columns: per kernel, the covering tokens' mean of log(1 + soft count of the other part's matches)."""
+    if not len(cover) or not len(other):
+        return [0.0] * len(KERNELS)
+    cos = cover @ other.T
+    return [float(np.mean(np.log1p(np.exp(-((cos - mu) ** 2) / (2 * sigma**2)).sum(axis=1)))) for mu, sigma in KERNELS]
+
+
+def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str,
+                 tokens: TokenStates | None = None) -> tuple[np.ndarray, int]:
     """One feature set's rows and its count of trailing signal columns. Sets A–F are defined over the features as
     they were before G (relevance's G columns, served since 2026-12-06, are cut off for them)."""
     from gateway.decisions.families.presets import features, signal_count
@@ -300,11 +360,20 @@ def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str) ->
             rows.append(np.concatenate([before_g(prefixed), number_signals(first, second)]))
         elif which == "H":
             raise SystemExit("set H is defined for grounded only")
+        elif which in ("I", "J"):
+            assert tokens is not None, f"set {which} reads token states"
+            first_states, second_states = tokens(PREFIXES[0], first), tokens(PREFIXES[1], second)
+            # grounded: the answer's tokens must be covered by the context's; relevance: the request's by the candidate
+            cover, other = (second_states, first_states) if kind == "grounded" else (first_states, second_states)
+            signal = maxsim_signals(cover, other) if which == "I" else kernel_signals(cover, other)
+            served = before_g(prefixed) if kind == "grounded" else features(kind, [first, second], [*raw, *prefixed])
+            rows.append(np.concatenate([served, signal]))
         elif kind == "grounded":  # G over the served B
             rows.append(np.concatenate([before_g(prefixed), [script_gap(first, second)]]))
         else:  # G over A: what relevance serves (features() computes both columns now)
             rows.append(features(kind, [first, second], [*raw, *prefixed]))
-    extra = {"C": 1, "E": 2, "F": 3, "G": 1 if kind == "grounded" else 2, "H": 3}
+    extra = {"C": 1, "E": 2, "F": 3, "G": 1 if kind == "grounded" else 2, "H": 3,
+             "I": 4 if kind == "grounded" else 6, "J": len(KERNELS) + (0 if kind == "grounded" else 2)}
     return np.stack(rows), signals + extra.get(which, 0)
 
 
@@ -319,6 +388,8 @@ def main() -> None:
     card = load_card(args.model_repository / "decision-multilingual" / "card.yaml")
     assert card.decisions is not None, "decision-multilingual is a decisions card"
     embed = InProcessEncoder(card)
+    needs_tokens = {"I", "J"} & set(args.sets.split(","))
+    tokens = TokenStates(embed, InProcessEncoder.onnx_path(card)) if needs_tokens else None
     for preset in args.presets.split(","):
         lines = [line for line in load_lines(DATA / f"{preset}.jsonl") if line["split"] == "train"]
         texts = [texts_of(line, list(card.decisions.presets[preset]["over"])) for line in lines]  # the card's parts
@@ -327,7 +398,7 @@ def main() -> None:
         embed([t for pair in texts for t in (*pair, *(p + t for p, t in zip(PREFIXES, pair, strict=True)))])
         for which in args.sets.split(","):
             started = time.monotonic()
-            x, signals = feature_rows(preset, texts, embed, which)
+            x, signals = feature_rows(preset, texts, embed, which, tokens)
             choice = cross_validate(x, y, 2, "noul", [t[0] for t in texts], signals, langs)
             setting = f"k={choice.weight:g} a={choice.alpha:g}" if signals else f"a={choice.alpha:g}"
             print(f"{preset} set {which}: n {len(y)}, features {x.shape[1]}, CV {choice.accuracy:.4f} "

@@ -23,6 +23,7 @@ from tools.pair_features_cv import (
     answer_type_signals,
     answer_types,
     claim_word_signals,
+    maxsim_signals,
     number_signals,
     number_values,
 )
@@ -164,6 +165,16 @@ def test_a_bare_round_number_beside_a_precise_one_is_a_change_not_a_rounding() -
 
 def test_an_answer_that_repeats_the_contexts_numbers_raises_no_number_signal() -> None:
     assert number_signals("票价80元，往返票140元。", "往返要140元，单程80元。") == [0.0, 0.0, 0.0]
+
+
+def test_maxsim_summarises_each_covering_tokens_best_match_and_an_uncovered_token_lowers_min_and_low_percentiles(
+        ) -> None:
+    other = np.eye(4)[:3]  # three orthonormal token states
+    covered = maxsim_signals(np.eye(4)[:2], other)  # both tokens found exactly
+    uncovered = maxsim_signals(np.eye(4)[[0, 1, 3]], other)  # the third token has no counterpart
+    assert covered == [1.0, 1.0, 1.0, 1.0]
+    assert uncovered[1] == 0.0 and uncovered[0] == pytest.approx(2 / 3) and uncovered[2] < uncovered[3] < 1.0
+    assert maxsim_signals(np.zeros((0, 4)), other) == [0.0, 0.0, 0.0, 0.0]
 
 
 PINYIN, LATIN_WORDS, FUNCTION_WORDS = -1, 17, 19
