@@ -122,6 +122,14 @@ for target in "${TARGETS[@]}"; do
     done
     return 0
   }
+  descendants() {  # every process below pid $1
+    local table queue=("$1") pid child
+    table=$(ps -e -o pid=,ppid=)
+    while [ "${#queue[@]}" -gt 0 ]; do
+      pid=${queue[0]}; queue=("${queue[@]:1}")
+      for child in $(awk -v p="$pid" '$2 == p {print $1}' <<<"$table"); do echo "$child"; queue+=("$child"); done
+    done
+  }
   trap 'stop_rooted; "${B[@]}" rm "$ctr" >/dev/null 2>&1 || true; [ -z "$INDEX_PID" ] || kill "$INDEX_PID" 2>/dev/null || true' EXIT
   "${B[@]}" run --isolation chroot --user "$user" "$ctr" -- "$cli" --help | head -5
   "${B[@]}" run --isolation chroot --user "$user" "$ctr" -- id -u | grep -qx 10001
@@ -143,14 +151,15 @@ for target in "${TARGETS[@]}"; do
     sleep 1
   done
   # the gateway's tritonserver runs on the image's jemalloc (issue 23), and its Python stubs do not (they abort on it)
+  # (found among the server's descendants: `buildah run` gives them a root of its own, not the mount above)
   allocator=ok
   if [ -n "$answer" ] && [ "$target" = gateway ]; then
     allocator="tritonserver without jemalloc"
-    for pid in $(pgrep -x tritonserver || true); do
-      [ "$(readlink "/proc/$pid/root")" = "$root" ] && grep -q libjemalloc "/proc/$pid/maps" && allocator=ok
-    done
-    for pid in $(pgrep -f triton_python_backend_stub || true); do
-      [ "$(readlink "/proc/$pid/root")" = "$root" ] && grep -q libjemalloc "/proc/$pid/maps" && allocator="a stub on jemalloc"
+    for pid in $(descendants "$server"); do
+      case "$(cat "/proc/$pid/comm" 2>/dev/null)" in
+        tritonserver) grep -q libjemalloc "/proc/$pid/maps" && allocator=ok ;;
+        triton_python*) ! grep -q libjemalloc "/proc/$pid/maps" || { allocator="a stub on jemalloc"; break; } ;;
+      esac
     done
   fi
   kill -TERM "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
