@@ -2,9 +2,10 @@
 
 Under glibc's malloc tritonserver's heap creeps with varied traffic; the gateway preloads jemalloc into it where it
 finds the library (gateway/supervisor.py, triton_preload). jemalloc is not on PyPI, so on a fresh host without the
-package `make serve` would run Triton on glibc's malloc. Here `apt-get download libjemalloc2` (apt checks the .deb
-against its signed index; no root needed) and `dpkg-deb -x` put the library under jemalloc_cache(), where
-triton_preload looks for it. A failure is a warning, never a failed build: Triton then runs on glibc's malloc.
+package `make serve` would run Triton on glibc's malloc. Here `apt-get update` into a private lists directory (the
+host's sources, never its own lists), `apt-get download libjemalloc2` (apt checks the .deb against its signed index;
+no root needed) and `dpkg-deb -x` put the library under jemalloc_cache(), where triton_preload looks for it. A
+failure is a warning, never a failed build: Triton then runs on glibc's malloc.
 """
 
 from __future__ import annotations
@@ -40,7 +41,13 @@ def _download(base: Path) -> Path:
     base.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"{JEMALLOC_PACKAGE}.tmp", dir=base) as tmp:
         work = Path(tmp)
-        _run(["apt-get", "download", JEMALLOC_PACKAGE], work, DOWNLOAD_TIMEOUT_S)
+        # apt's own index, fetched into this temporary directory (a fresh host's lists are often empty, and the
+        # host's are never touched): no root, no lock shared with another apt, signatures checked by apt
+        private = ["-q", "-o", f"Dir::State::Lists={work / 'lists'}", "-o", f"Dir::Cache={work / 'apt-cache'}"]
+        for directory in ("lists/partial", "apt-cache/archives/partial"):
+            (work / directory).mkdir(parents=True)
+        _run(["apt-get", *private, "update"], work, DOWNLOAD_TIMEOUT_S)
+        _run(["apt-get", *private, "download", JEMALLOC_PACKAGE], work, DOWNLOAD_TIMEOUT_S)
         debs = sorted(work.glob(f"{JEMALLOC_PACKAGE}_*.deb"))
         if not debs:
             raise FileNotFoundError(f"apt-get download left no {JEMALLOC_PACKAGE}_*.deb")
