@@ -34,6 +34,7 @@ from collections.abc import Callable
 from ctypes.util import find_library
 from pathlib import Path
 
+from sr_common.cache import cache_dir
 from sr_common.tuned_config import CONFIG_NAME, ConfigError, refresh
 
 log = logging.getLogger("sr_gateway.triton")
@@ -59,7 +60,7 @@ class AllocatorError(RuntimeError):
 
 def jemalloc_cache() -> Path:
     """Where `make models` (sr_build/jemalloc.py) extracts Debian's libjemalloc2 on a host that lacks it."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sr-gateway" / "jemalloc"
+    return cache_dir("jemalloc")
 
 
 def cached_jemalloc(cache: Path | None = None) -> Path | None:
@@ -102,7 +103,7 @@ def backend_directory(cache: Path | None = None, *, wrapped_stub: bool = False) 
     wrapper = hashlib.sha256(STUB_WRAPPER.encode()).hexdigest()[:8] if wrapped_stub else "plain"
     key = hashlib.sha256(f"{lib.stat().st_size}:{lib.stat().st_mtime_ns}:{pyver}:{root}:{wrapper}".encode()
                          ).hexdigest()[:16]
-    base = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sr-gateway" / "backends"
+    base = cache or cache_dir("backends")
     target = base / key / "python"
     if not (target / STUB).is_file():
         tmp = target.with_name(f"python.tmp{os.getpid()}")

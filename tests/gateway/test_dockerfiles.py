@@ -175,9 +175,6 @@ def test_the_gateway_image_runs_an_init_as_pid_1() -> None:
     assert re.search(r"^dumb-init==", (REQUIREMENTS / "gateway.txt").read_text(), re.M)
 
 
-ENGINE_PACKAGES = {"onnxruntime": "onnxruntime", "openvino": "openvino", "torch": "torch"}
-
-
 def test_the_gateway_image_tunes_only_an_engine_its_serving_images_install() -> None:
     """The build stage has torch (for the export); a tuned config naming it fails every load in the final image and
     in sr-triton, which install ONNX Runtime only (found by building the image, 2026-12-06)."""
@@ -185,6 +182,6 @@ def test_the_gateway_image_tunes_only_an_engine_its_serving_images_install() -> 
     (build,) = [part for run in runs for part in re.split(r"&&|;", run) if "models build" in part]
     engine = re.search(r"--engine[ =](\S+)", build)
     assert engine, f"the image build tunes across whatever engines its build stage has: {build.strip()}"
-    package = ENGINE_PACKAGES[engine.group(1)]
+    package = engine.group(1)  # each engine's name is its package's (onnxruntime, openvino, torch)
     for lock in ("gateway.txt", "triton-onnxruntime.txt"):
         assert re.search(rf"^{package}==", (REQUIREMENTS / lock).read_text(), re.M), f"{lock} lacks {package}"
