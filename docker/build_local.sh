@@ -107,19 +107,22 @@ for target in "${TARGETS[@]}"; do
     [ "${entrypoint[0]}" = dumb-init ] || { echo "gateway ENTRYPOINT does not start with dumb-init" >&2; exit 1; }
   fi
   ctr=$("${B[@]}" from "$image")
-  root=$("${B[@]}" mount "$ctr")
   # chroot isolation runs the image's processes as this host's processes, and `buildah run` does not pass SIGTERM
-  # on to them: a smoke check's gateway (dumb-init's child) was found still serving hours later (2026-12-02). So the
-  # processes whose root is this container's file system are stopped by that root — never by user id: a test node's
-  # pods run as 10001 too.
-  stop_rooted() {
-    local sig pid
+  # on to them: a smoke check's gateway (dumb-init's child) was found still serving hours later (2026-12-02). Nor do
+  # they have the mount above as their root (`buildah run` gives them one of its own), so they are found as the smoke
+  # server's descendants, listed before anything is signalled (a killed parent orphans them) — never by user id: a
+  # test node's pods run as 10001 too.
+  stop_server() {
+    local sig pids
+    [ -n "${server:-}" ] || return 0
+    pids="$server $(descendants "$server" | tr '\n' ' ')"
     for sig in TERM KILL; do
-      for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-        [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$root" ] && kill -"$sig" "$pid" 2>/dev/null
-      done
+      # shellcheck disable=SC2086  # one pid per word
+      kill -"$sig" $pids 2>/dev/null || true  # some have exited by now
       [ "$sig" = KILL ] || sleep 5
     done
+    wait "$server" 2>/dev/null || true
+    server=""
     return 0
   }
   descendants() {  # every process below pid $1
@@ -130,7 +133,8 @@ for target in "${TARGETS[@]}"; do
       for child in $(awk -v p="$pid" '$2 == p {print $1}' <<<"$table"); do echo "$child"; queue+=("$child"); done
     done
   }
-  trap 'stop_rooted; "${B[@]}" rm "$ctr" >/dev/null 2>&1 || true; [ -z "$INDEX_PID" ] || kill "$INDEX_PID" 2>/dev/null || true' EXIT
+  server=""
+  trap 'stop_server; "${B[@]}" rm "$ctr" >/dev/null 2>&1 || true; [ -z "$INDEX_PID" ] || kill "$INDEX_PID" 2>/dev/null || true' EXIT
   "${B[@]}" run --isolation chroot --user "$user" "$ctr" -- "$cli" --help | head -5
   "${B[@]}" run --isolation chroot --user "$user" "$ctr" -- id -u | grep -qx 10001
   # the server itself, as the image's user, on 127.0.0.1 (chroot isolation shares this host's network)
@@ -162,8 +166,7 @@ for target in "${TARGETS[@]}"; do
       esac
     done
   fi
-  kill -TERM "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
-  stop_rooted
+  stop_server
   [ -n "$answer" ] || { tail -20 "$WORK/$target-serve.log" >&2; echo "no answer on $probe" >&2; exit 1; }
   echo "GET $probe: $answer"
   [ "$allocator" = ok ] || { echo "allocator check failed: $allocator" >&2; exit 1; }
