@@ -108,13 +108,13 @@ for target in "${TARGETS[@]}"; do
   fi
   ctr=$("${B[@]}" from "$image")
   # chroot isolation runs the image's processes as this host's processes, and `buildah run` does not pass SIGTERM
-  # on to them: a smoke check's gateway (dumb-init's child) was found still serving hours later (2026-12-02). Nor do
-  # they have the mount above as their root (`buildah run` gives them one of its own), so they are found as the smoke
-  # server's descendants, listed before anything is signalled (a killed parent orphans them) — never by user id: a
-  # test node's pods run as 10001 too.
+  # on to them: a smoke check's gateway (dumb-init's child) was found still serving hours later (2026-12-02). Nor is
+  # their root the container's mount (`buildah run` gives them one of its own, seen 2026-12-06), so they are found as
+  # the smoke server's descendants, listed before anything is signalled (a killed parent orphans them) — never by
+  # user id: a test node's pods run as 10001 too.
   stop_server() {
     local sig pids
-    [ -n "${server:-}" ] || return 0
+    [ -n "$server" ] || return 0
     pids="$server $(descendants "$server" | tr '\n' ' ')"
     for sig in TERM KILL; do
       # shellcheck disable=SC2086  # one pid per word

@@ -59,6 +59,7 @@ process.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import time
 from collections.abc import Callable
@@ -341,7 +342,7 @@ LM_PROMPTS = {
     "grounded": "Context: {0}\nAnswer: {1}\nIs every claim in the answer supported by the context? An answer that "
                 "adds, changes or contradicts a fact, a number or a name is no.",
 }
-LM_LAYER = 16  # of 24: two-thirds depth, where linear probes of small LMs usually read best (not chosen on data)
+LM_LAYER = 16  # of 24: two-thirds depth, a common place to probe a small LM (not chosen on data)
 
 
 class LMJudge:
@@ -362,11 +363,10 @@ class LMJudge:
         self.no = [self.tok.encode(w, add_special_tokens=False)[0] for w in ("No", "no")]
         self.cache_path = cache
         self.cache: dict[str, np.ndarray] = dict(np.load(cache)) if cache.exists() else {}
+        self.unsaved = 0
 
     def __call__(self, kind: str, first: str, second: str) -> np.ndarray:
         """[log-odds, *layer-16 state]."""
-        import hashlib
-
         messages = [{"role": "system", "content": LM_SYSTEM},
                     {"role": "user", "content": LM_PROMPTS[kind].format(first, second)}]
         prompt = str(self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
@@ -378,13 +378,18 @@ class LMJudge:
             logp = out.logits[0, -1].double().log_softmax(-1)
             odds = float(logp[self.yes].logsumexp(0) - logp[self.no].logsumexp(0))
             self.cache[key] = np.concatenate([[odds], out.hidden_states[LM_LAYER][0, -1].double().numpy()])
-            if len(self.cache) % 100 == 0:
+            self.unsaved += 1
+            if self.unsaved >= 100:
                 self.save()
         return self.cache[key]
 
     def save(self) -> None:
+        """Write the cache if anything new was computed (the whole file: numpy's npz cannot append)."""
+        if not self.unsaved:
+            return
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(self.cache_path, **self.cache)
+        self.unsaved = 0
 
 
 def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str,
@@ -400,7 +405,10 @@ def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str,
         row = features(kind, [first, second], [*vectors, *vectors] if since_g else vectors)
         return row[: len(row) - since_g]
 
-    served_signals = signals + (0 if kind == "grounded" else 2)  # grounded serves B, relevance G
+    def served(raw: list[np.ndarray], prefixed: list[np.ndarray]) -> np.ndarray:
+        """What the preset serves (grounded B, relevance G), with all signal_count(kind) signal columns."""
+        return before_g(prefixed) if kind == "grounded" else features(kind, [first, second], [*raw, *prefixed])
+
     rows: list[np.ndarray] = []
     for first, second in texts:
         raw = embed([first, second])
@@ -431,24 +439,21 @@ def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str,
             # grounded: the answer's tokens must be covered by the context's; relevance: the request's by the candidate
             cover, other = (second_states, first_states) if kind == "grounded" else (first_states, second_states)
             signal = maxsim_signals(cover, other) if which == "I" else kernel_signals(cover, other)
-            served = before_g(prefixed) if kind == "grounded" else features(kind, [first, second], [*raw, *prefixed])
-            rows.append(np.concatenate([served, signal]))
+            rows.append(np.concatenate([served(raw, prefixed), signal]))
         elif which in ("K", "L", "M"):
             assert lm is not None, f"set {which} reads the LM (--lm)"
-            judged = lm(kind, first, second)
-            served = before_g(prefixed) if kind == "grounded" else features(kind, [first, second], [*raw, *prefixed])
-            served_head, served_tail = served[: len(served) - served_signals], served[len(served) - served_signals:]
+            judged, row = lm(kind, first, second), served(raw, prefixed)
+            served_head, served_tail = row[: len(row) - signal_count(kind)], row[len(row) - signal_count(kind):]
             states = judged[1:] if which in ("L", "M") else judged[:0]
             odds = judged[:0] if which == "M" else judged[:1]
             rows.append(np.concatenate([served_head, states, served_tail, odds]))
         elif kind == "grounded":  # G over the served B
             rows.append(np.concatenate([before_g(prefixed), [script_gap(first, second)]]))
         else:  # G over A: what relevance serves (features() computes both columns now)
-            rows.append(features(kind, [first, second], [*raw, *prefixed]))
+            rows.append(served(raw, prefixed))
     extra = {"C": 1, "E": 2, "F": 3, "G": 1 if kind == "grounded" else 2, "H": 3,
-             "I": 4 if kind == "grounded" else 6, "J": len(KERNELS) + (0 if kind == "grounded" else 2),
-             "K": 1 + (0 if kind == "grounded" else 2), "L": 1 + (0 if kind == "grounded" else 2),
-             "M": 0 if kind == "grounded" else 2}
+             # over the served set, whose signals are signal_count(kind): since_g more than `signals`
+             "I": 4 + since_g, "J": len(KERNELS) + since_g, "K": 1 + since_g, "L": 1 + since_g, "M": since_g}
     return np.stack(rows), signals + extra.get(which, 0)
 
 
