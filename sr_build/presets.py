@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-REVISION = 10  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
+REVISION = 11  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
 #    signal weights, penalties up to 10, CV accuracy per language in the report; 4: pii signals from the PII
 #    libraries (pii_zh's validated entities and LAC names/addresses, phonenumbers US/GB/CN, IBAN); 5: pii_zh's
 #    resident identity numbers by check digit, birth date and a known area code (not stdnum's county-in-birth-year);
@@ -40,7 +40,8 @@ REVISION = 10  # 3: signals in preset_signals (grounded numbers by value, weekda
 #    letters in Chinese text (gateway/decisions/romanized.py); 8: spoken Chinese numerals in the grounded signals
 #    (一百五 is 150, 四千五 is 4,500, 三两 is three liang, not 32); 9: the grounded head embeds its parts with E5's
 #    prefixes (presets.ENCODER_PREFIXES, chosen by tools/pair_features_cv); 10: the relevance head reads the gap
-#    between its parts' scripts and the cosine of its E5-prefixed parts (presets.ALSO_PREFIXED, set G)
+#    between its parts' scripts and the cosine of its E5-prefixed parts (presets.ALSO_PREFIXED, set G); 11: relevance
+#    and grounded read the card's LM state of each pair too (`presets.reader`, families/lm_reading.py; set M)
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tools" / "decisions_eval" / "presets"
 FOLDS = 5
@@ -196,6 +197,7 @@ class InProcessEncoder:
         from sr_backend.engines.ort_engine import make_session
         from sr_backend.ragged import RaggedRunner
 
+        self.card = card
         self.model = ServedModel(card)
         self.encoder = self.model.text_encoder()
         self.limit = card.limits.truncate_tokens or card.limits.max_input_tokens
@@ -207,12 +209,14 @@ class InProcessEncoder:
         return Path(card.directory.parent / card.triton_name / str(card.version) / "model.onnx")
 
     def __call__(self, texts: list[str]) -> list[np.ndarray]:
-        todo = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        """Each text's vector; the new ones run 32 at a time in order of length, so a forward pads little (the
+        LM's prompts: 2,878 of them, the build's longest step)."""
+        ids = {t: np.asarray(self.encoder.encode(t, max_tokens=self.limit, overflow="truncate").ids)
+               for t in dict.fromkeys(texts) if t not in self.cache}
+        todo = sorted(ids, key=lambda t: len(ids[t]))
         for start in range(0, len(todo), 32):
             chunk = todo[start:start + 32]
-            rows = [np.asarray(self.encoder.encode(t, max_tokens=self.limit, overflow="truncate").ids)
-                    for t in chunk]
-            vectors, _ = self.runner.run_pooled(rows)
+            vectors, _ = self.runner.run_pooled([ids[t] for t in chunk])
             for text, vector in zip(chunk, vectors, strict=True):
                 self.cache[text] = np.asarray(vector, dtype=np.float64)
         return [self.cache[t] for t in texts]
@@ -222,7 +226,9 @@ class InProcessEncoder:
 
 
 def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    from .sources import sha256_file  # in blocks: the reader LM's graph is 1.5 GB
+
+    return sha256_file(path)
 
 
 # the libraries whose answers are features (preset_signals): a new version may move a feature, so it rebuilds the heads
@@ -240,20 +246,32 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def cache_key(card: Any, data: Path) -> dict[str, Any]:
-    """What the heads depend on: a change to any of it rebuilds them, nothing else does."""
+def _model_key(card: Any) -> dict[str, str]:
+    version_dir = card.directory.parent / card.triton_name / str(card.version)
+    return {"model": card.triton_name, "onnx": _sha(version_dir / "model.onnx"),
+            "tokenizer": _sha(version_dir / card.tokenizer)}
+
+
+def cache_key(card: Any, data: Path, reader: Any = None) -> dict[str, Any]:
+    """What the heads depend on: a change to any of it rebuilds them, nothing else does. `reader`: the card of
+    the LM the two-part heads read (its graph, tokenizer and the prompts it is given)."""
+    from gateway.decisions.families import lm_reading
+
     spec = card.decisions
     presets = {n: d for n, d in spec.presets.items() if d.get("type") != "span"}
     files = {n: _sha(data / f"{n}.jsonl") if (data / f"{n}.jsonl").is_file() else None for n in sorted(presets)}
-    encoder_dir = card.directory.parent / card.triton_name / str(card.version)
-    return {"revision": REVISION, "data": files, "presets": presets,
-            "encoder": {"model": card.triton_name, "onnx": _sha(encoder_dir / "model.onnx"),
-                        "tokenizer": _sha(encoder_dir / card.tokenizer)},
-            "libraries": _versions()}
+    key = {"revision": REVISION, "data": files, "presets": presets, "encoder": _model_key(card),
+           "libraries": _versions()}
+    if reader is not None:
+        key["reader"] = {**_model_key(reader), "system": lm_reading.SYSTEM, "prompts": lm_reading.PROMPTS,
+                         "part_tokens": lm_reading.PART_TOKENS}
+    return key
 
 
-def fit_heads(card: Any, data: Path, embed: Any) -> dict[str, Any]:
-    """Every listed (non-span) preset's head from its train lines; the artefact as a JSON-able dict."""
+def fit_heads(card: Any, data: Path, embed: Any, reader: InProcessEncoder | None = None) -> dict[str, Any]:
+    """Every listed (non-span) preset's head from its train lines; the artefact as a JSON-able dict. With
+    `reader` (the card's LM in process), heads of the kinds lm_reading prompts for read its state of each pair."""
+    from gateway.decisions.families import lm_reading
     from gateway.decisions.families.presets import Head, Presets, encoder_texts, features, kind_of, signal_count
 
     spec = card.decisions
@@ -276,8 +294,16 @@ def fit_heads(card: Any, data: Path, embed: Any) -> dict[str, Any]:
         texts = [texts_of(line, parts) for line in lines]
         if kind != "language":
             embed([t for row in texts for t in encoder_texts(kind, row)])
-        rows = np.stack([features(kind, row, [] if kind == "language" else embed(encoder_texts(kind, row)))
-                         for row in texts])
+        lm = reader if reader is not None and lm_reading.reads_state(kind) else None
+
+        def row_of(row: list[str], lm: InProcessEncoder | None = lm, kind: str = kind) -> np.ndarray:
+            vectors = [] if kind == "language" else embed(encoder_texts(kind, row))
+            state = lm([lm_reading.prompt(lm.encoder, kind, row)])[0] if lm is not None else None
+            return features(kind, row, vectors, state)
+
+        if lm is not None:  # one batched pass over every prompt (the in-process runner packs them by length)
+            lm([lm_reading.prompt(lm.encoder, kind, row) for row in texts])
+        rows = np.stack([row_of(row) for row in texts])
         y = np.asarray([keys.index(str(line["expected"]).lower() if qtype == "noul" else str(line["expected"]))
                         for line in lines])
         signals = signal_count(kind)
@@ -286,7 +312,7 @@ def fit_heads(card: Any, data: Path, embed: Any) -> dict[str, Any]:
         mean, scale = standardise(rows)
         scale = weighted_scale(scale, signals, choice.weight)
         w, b = fit_softmax((rows - mean) / scale, y, len(keys), choice.alpha)
-        head = Head(name, qtype, kind, parts, keys, mean, scale, w, b)
+        head = Head(name, qtype, kind, parts, keys, mean, scale, w, b, lm.card.id if lm is not None else None)
         heads[name] = head.to_json()
         report[name] = {"train_lines": len(lines), "features": int(rows.shape[1]), "signals": signals,
                         "penalty": choice.alpha, "signal_weight": choice.weight, "cv_accuracy": choice.accuracy,
@@ -294,8 +320,7 @@ def fit_heads(card: Any, data: Path, embed: Any) -> dict[str, Any]:
         for lang in GOLDEN_LANGS:  # the first train line of each language: the served encoder must reproduce it
             first = next((t for t, line in zip(texts, lines, strict=True) if line.get("lang") == lang), None)
             if first is not None:
-                vectors = [] if kind == "language" else embed(encoder_texts(kind, first))
-                p = head.probabilities(features(kind, first, vectors))
+                p = head.probabilities(row_of(first))
                 golden.append({"preset": name, "lang": lang, "texts": first,
                                "probabilities": [round(float(v), 6) for v in p]})
     return {"heads": heads, "report": report, "golden": golden}
@@ -304,7 +329,7 @@ def fit_heads(card: Any, data: Path, embed: Any) -> dict[str, Any]:
 def build_card(model_dir: Path, data: Path = DATA, *, force: bool = False,
                embed: Any = None) -> PresetsResult | None:
     """Build (or find cached) one card's preset heads; None for cards that are not `presets` decision cards."""
-    from gateway.cards import load_card
+    from gateway.cards import discover, load_card
     from gateway.decisions.families.presets import ARTEFACT_FORMAT, PresetsParams
 
     card = load_card(model_dir / "card.yaml")
@@ -314,7 +339,14 @@ def build_card(model_dir: Path, data: Path = DATA, *, force: bool = False,
     out = model_dir / params.presets.artefact
     if not InProcessEncoder.onnx_path(card).is_file():
         return PresetsResult(card.id, "skipped", "", f"its encoder {card.triton_name} is not built")
-    key = cache_key(card, data)
+    reader = None
+    if params.presets.reader is not None:  # the LM the two-part heads read: its own card, built before this step
+        reader = next((c for c in discover(model_dir.parent) if c.id == params.presets.reader), None)
+        if reader is None:
+            return PresetsResult(card.id, "skipped", "", f"its reader {params.presets.reader} is not in the repository")
+        if not InProcessEncoder.onnx_path(reader).is_file():
+            return PresetsResult(card.id, "skipped", "", f"its reader {reader.id} is not built")
+    key = cache_key(card, data, reader)
     missing = [n for n, sha in key["data"].items() if sha is None]
     if len(missing) == len(key["data"]):
         return PresetsResult(card.id, "skipped", "", f"no preset data in {data}")
@@ -322,7 +354,8 @@ def build_card(model_dir: Path, data: Path = DATA, *, force: bool = False,
         recorded = json.loads(out.read_text())
         if recorded.get("key") == key and recorded.get("format") == ARTEFACT_FORMAT:
             return PresetsResult(card.id, "cached", _sha(out))
-    fitted = fit_heads(card, data, embed or InProcessEncoder(card))
+    fitted = fit_heads(card, data, embed or InProcessEncoder(card),
+                       InProcessEncoder(reader) if reader is not None else None)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"format": ARTEFACT_FORMAT, "key": key, **fitted}, ensure_ascii=False))
     return PresetsResult(card.id, "built", _sha(out), json.dumps(

@@ -75,7 +75,8 @@ def _key(card: Card, onnx: Path, host: Any, engine: str | None, precision: str |
             "pt2_sha256": sha256_file(program) if (program := program_path(onnx)).is_file() else None,
             "versions": _versions(),
             "engines": list(card.engines), "override": [engine, precision],
-            "precisions": {k: v.model_dump() for k, v in card.precisions.items()}}
+            "precisions": {k: v.model_dump() for k, v in card.precisions.items()},
+            **({"max_instances": card.max_instances} if card.max_instances is not None else {})}
 
 
 def tune_model(card: Card, *, engine: str | None = None, precision: str | None = None, force: bool = False,

@@ -66,16 +66,17 @@ def time_forward(runner: Any, rows: list[np.ndarray], min_seconds: float | None 
     return float(np.median(times))
 
 
-def cpu_layouts(cores: int) -> list[tuple[int, int]]:
+def cpu_layouts(cores: int, max_instances: int | None = None) -> list[tuple[int, int]]:
     """instances × threads: one instance per core (today's default first), and two instances with every core each
     (one request alone gets all the cores; threads sleep rather than spin, so two busy instances share them).
-    Never one instance: a free instance is what keeps Triton's batcher from waiting up to 500 ms for a slot."""
+    Never one instance: a free instance is what keeps Triton's batcher from waiting up to 500 ms for a slot.
+    `max_instances` (a card's cap: each instance holds its own copy of the weights) drops the layouts above it."""
     if cores == 1:
         return [(1, 1)]
     out = [(cores, 1), (2, cores)]
     if cores >= 4:
         out.append((2, cores // 2))
-    return out
+    return [(n, t) for n, t in out if max_instances is None or n <= max_instances] or [(1, cores)]
 
 
 def isolated(fn: Any, *args: Any) -> Any:

@@ -159,7 +159,8 @@ def measure_text(card: Card, engine: str | None, precision: str | None, cores: i
              f"{LATENCY_SHAPE[0]}x{LATENCY_SHAPE[1]}")
     best = report(card, candidates, lambda c: f"{c.rows_per_s} " + shape.format(c.latency_ms), say)
     layouts = [isolated(measure_layout, text_runner, best.engine, best.precision, onnx, n, t, latency_rows,
-                        batch_rows, current_timing(), best.recipe or "dynamic") for n, t in cpu_layouts(cores)]
+                        batch_rows, current_timing(), best.recipe or "dynamic")
+               for n, t in cpu_layouts(cores, card.max_instances)]
     return best, candidates, layouts
 
 

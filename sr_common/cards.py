@@ -152,6 +152,8 @@ class Card(BaseModel):
     dtype: str = "fp32"
     precisions: dict[Literal["bf16", "int8"], PrecisionSpec] = {}  # allowed beyond fp32, with their checks
     engines: list[Literal["onnxruntime", "openvino", "torch"]] = ["onnxruntime", "openvino", "torch"]  # tuner may try
+    # most Triton instances the tuner may lay out (each holds its own copy of the weights: a cap for large models)
+    max_instances: int | None = Field(default=None, ge=1)
     numerics: Literal["exact", "approximate"] = "approximate"
     tokenizer: str = "tokenizer.json"
     limits: Limits

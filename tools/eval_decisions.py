@@ -13,6 +13,7 @@
     python -m tools.eval_decisions --all --split heldout13 --sets presets   (held-out v13: relevance and grounded)
     python -m tools.eval_decisions --all --split heldout14 --sets presets   (held-out v14: relevance and grounded)
     python -m tools.eval_decisions --all --split heldout15 --sets presets   (held-out v15: relevance and grounded)
+    python -m tools.eval_decisions --all --split heldout16 --sets presets   (held-out v16: relevance and grounded)
     python -m tools.eval_decisions --url URL --model decision-zeroshot [--split heldout]      (one model, items only)
 
 Sets (`tools/decisions_eval/`): `items.jsonl` (English ad-hoc items), `items_zh.jsonl` (bilingual ad-hoc items),
@@ -20,8 +21,9 @@ Sets (`tools/decisions_eval/`): `items.jsonl` (English ad-hoc items), `items_zh.
 written after the `heldout` items were seen; `fit_decisions` never reads it) — all in the item format — and
 `presets/<preset>.jsonl` (the trained presets' data; the `heldout2` lines are scored — held-out v2, written after
 the v1 `heldout` lines were seen and moved to `train` — and `train` lines give the majority baseline). Without
-`--url`, `--all` starts `sr-gateway serve` for the models it needs (the two decisions models and pii-rampart, which
-decision-zeroshot reads through) and stops it afterwards.
+`--url`, `--all` starts `sr-gateway serve` for the models it needs (the two decisions models, pii-rampart, which
+decision-zeroshot reads through, and qwen-coder-state, which decision-multilingual's relevance and grounded heads
+read) and stops it afterwards.
 
 Families side by side (FAMILIES): MiniLM zero-shot (`decision-zeroshot`, the preset's definition asked as an ad-hoc
 question), multilingual zero-shot (`decision-multilingual`, the same ad-hoc question) and trained presets
@@ -80,7 +82,7 @@ QUESTION_ID = "q"
 TYPES = ("choice", "noul", "score", "set", "span")
 SPLITS = ("fit", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
           "heldout8", "heldout9", "heldout10", "heldout11", "heldout12",
-          "heldout13", "heldout14", "heldout15")  # v2 written
+          "heldout13", "heldout14", "heldout15", "heldout16")  # v2 written
 #   after `heldout` was seen; v3 (pii, relevance, grounded presets) after v2 was; v4 (Chinese spans, per label) after
 #   v3 was; v5 and v6 (Chinese spans again) each after the one before was scored and became the recognisers' dev
 #   set; v7 (Chinese spans and the relevance preset) after v6 and relevance's v3 were; v8 (Chinese spans) after v7
@@ -91,7 +93,7 @@ FIT_SHARE = 0.4
 # (column, model, how a preset line is asked): the families compared side by side
 FAMILIES = (("MiniLM zero-shot", DEFAULT_MODEL, "adhoc"), ("multilingual zero-shot", MULTILINGUAL, "adhoc"),
             ("trained presets", MULTILINGUAL, "preset"))
-SERVED = f"{DEFAULT_MODEL},{MULTILINGUAL},pii-rampart"
+SERVED = f"{DEFAULT_MODEL},{MULTILINGUAL},pii-rampart,qwen-coder-state"
 
 Item = dict[str, Any]
 Entry = dict[str, Any]  # one `states.<name>` of a decisions response

@@ -67,6 +67,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gateway.decisions.families import lm_reading
 from gateway.decisions.families.preset_signals import _CN_NUMERAL as CN_NUMERAL
 from gateway.decisions.families.preset_signals import _CN_UNIT_AFTER, chinese_numeral, script_gap
 from sr_build.presets import DATA, ROOT, InProcessEncoder, cross_validate, load_lines, texts_of
@@ -335,13 +336,8 @@ def kernel_signals(cover: np.ndarray, other: np.ndarray) -> list[float]:
     return [float(np.mean(np.log1p(np.exp(-((cos - mu) ** 2) / (2 * sigma**2)).sum(axis=1)))) for mu, sigma in KERNELS]
 
 
-LM_SYSTEM = "You are a strict classifier. Answer with yes or no only."
-LM_PROMPTS = {
-    "relevance": "Question: {0}\nPassage: {1}\nDoes the passage answer the question? A passage on the same topic that "
-                 "does not give the answer is no.",
-    "grounded": "Context: {0}\nAnswer: {1}\nIs every claim in the answer supported by the context? An answer that "
-                "adds, changes or contradicts a fact, a number or a name is no.",
-}
+# The prompts are the served ones (set M is served since 2026-12-07): one definition, in the family's module.
+LM_SYSTEM, LM_PROMPTS = lm_reading.SYSTEM, lm_reading.PROMPTS
 LM_LAYER = 16  # of 24: two-thirds depth, a common place to probe a small LM (not chosen on data)
 
 

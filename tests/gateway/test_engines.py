@@ -436,3 +436,12 @@ def test_openvino_caps_its_per_shape_kernel_cache_unless_told_to_run_unbounded(
     monkeypatch.setenv("SR_BACKEND_UNBOUNDED", "1")
     old = load_engine("openvino", "fp32", onnx, 1)
     assert "CPU_RUNTIME_CACHE_CAPACITY" not in old.config  # type: ignore[attr-defined]  # the plugin's 5,000
+
+
+def test_a_cards_instance_cap_drops_the_layouts_above_it() -> None:
+    from sr_build import tune_measure
+
+    assert tune_measure.cpu_layouts(16) == [(16, 1), (2, 16), (2, 8)]
+    assert tune_measure.cpu_layouts(16, max_instances=2) == [(2, 16), (2, 8)]
+    assert tune_measure.cpu_layouts(2, max_instances=2) == [(2, 1), (2, 2)]
+    assert tune_measure.cpu_layouts(8, max_instances=1) == [(1, 8)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gateway.decisions.families import lm_reading
 from gateway.decisions.families.preset_signals import (
     chinese_numeral,
     grounded_signals,
@@ -17,7 +18,7 @@ from gateway.decisions.families.preset_signals import (
     numbers,
     relevance_signals,
 )
-from gateway.decisions.families.presets import Head, features, signal_count
+from gateway.decisions.families.presets import Head, encoder_texts, features, signal_count
 from sr_build import presets as build
 from tools.pair_features_cv import (
     answer_type_signals,
@@ -202,6 +203,45 @@ def test_the_lm_state_joins_the_head_block_and_its_log_odds_the_signals_so_m_is_
     assert np.array_equal(with_odds[:, :head], base[:, :head]) and (with_odds[:, head:head + 5] == 3.0).all()
     assert np.array_equal(with_odds[:, head + 5:-1], base[:, head:]) and (with_odds[:, -1] == 7.0).all()
     assert np.array_equal(without, with_odds[:, :-1])
+
+
+@pytest.mark.parametrize("kind", ["relevance", "grounded"])
+def test_the_served_features_with_the_lm_state_are_set_m_as_cross_validated(kind: str) -> None:
+    """The served row (presets.features with the LM's state) is the row set M was chosen on, column for column."""
+    rng = np.random.default_rng(1)
+    vectors: dict[str, np.ndarray] = {}
+    state = rng.normal(size=6)
+
+    def embed(texts: list[str]) -> list[np.ndarray]:
+        return [vectors.setdefault(t, rng.normal(size=8)) for t in texts]
+
+    def judge(preset: str, first: str, second: str) -> np.ndarray:
+        return np.concatenate([[7.0], state])
+
+    texts = ["退款要多久？", "Refunds take 5 business days."]
+    m_rows, _ = feature_rows(kind, [texts], embed, "M", lm=judge)
+    served = features(kind, texts, embed(encoder_texts(kind, texts)), state)
+    assert np.array_equal(served, m_rows[0])
+    end = len(served) - signal_count(kind)
+    without = features(kind, texts, embed(encoder_texts(kind, texts)))
+    assert np.array_equal(without, np.delete(served, np.s_[end - 6:end]))
+
+
+def test_a_part_longer_than_the_lm_reads_is_cut_at_a_token_end_and_a_shorter_one_is_kept_whole() -> None:
+    from gateway.text import TextEncoder
+
+    from .text.tokenizers_for_tests import byte_bpe
+
+    encoder = TextEncoder(byte_bpe())
+    short = "退款要多久？ How long does a refund take?"
+    assert lm_reading.cut(encoder, short) == short
+    long = " ".join(f"word{i} 第{i}个词" for i in range(400))
+    kept = lm_reading.cut(encoder, long)
+    assert long.startswith(kept) and len(kept) < len(long)
+    assert len(encoder.encode(kept, max_tokens=4096).ids) == lm_reading.PART_TOKENS + encoder.layout.size
+    prompt = lm_reading.prompt(encoder, "grounded", [long, short])
+    assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n")
+    assert kept in prompt and short in prompt and long not in prompt
 
 
 def test_pinyin_reads_as_pinyin_and_english_does_not() -> None:

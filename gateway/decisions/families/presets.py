@@ -25,7 +25,6 @@ probabilities over its levels (the served score is the expected level Σ p_i·i)
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from ...runtime import Runtime, ServedModel
 from ...text import InputTooLong
 from ...timing import Timing
 from ..answers import Outcome
+from . import lm_reading
 from .base import Ask, Context, FamilyError, Params, Phases
 from .preset_signals import grounded_signals, language_features, pii_signals, relevance_signals
 from .zeroshot import ZeroShot, ZeroShotParams
@@ -84,8 +84,18 @@ def signal_count(kind: str) -> int:
     return SIGNALS.get(kind, 0)
 
 
-def features(kind: str, texts: list[str], vectors: list[np.ndarray]) -> np.ndarray:
-    """A preset's feature row from its texts (one, or the two parts) and their embeddings (the same order)."""
+def features(kind: str, texts: list[str], vectors: list[np.ndarray], state: np.ndarray | None = None) -> np.ndarray:
+    """A preset's feature row from its texts (one, or the two parts) and their embeddings (the same order); with
+    the LM's `state` of the pair (lm_reading), that state goes between the embedding columns and the signals, so
+    the signals stay the trailing columns the build weights."""
+    row = _features(kind, texts, vectors)
+    if state is None:
+        return row
+    end = len(row) - signal_count(kind)
+    return np.concatenate([row[:end], np.asarray(state, dtype=np.float64), row[end:]])
+
+
+def _features(kind: str, texts: list[str], vectors: list[np.ndarray]) -> np.ndarray:
     if kind == "language":
         return language_features(texts[0])
     if kind == "pair":
@@ -126,6 +136,7 @@ class Head:
     scale: np.ndarray
     weights: np.ndarray  # [features, classes]
     bias: np.ndarray
+    reader: str | None = None  # the served LM whose state of the pair it reads (lm_reading), if any
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
         z = ((np.asarray(x, dtype=np.float64) - self.mean) / self.scale) @ self.weights + self.bias
@@ -137,12 +148,12 @@ class Head:
     def from_json(cls, raw: dict[str, Any]) -> Head:
         return cls(raw["preset"], raw["type"], raw["kind"], list(raw["parts"]), list(raw["keys"]),
                    np.asarray(raw["mean"]), np.asarray(raw["scale"]), np.asarray(raw["weights"]),
-                   np.asarray(raw["bias"]))
+                   np.asarray(raw["bias"]), raw.get("reader"))
 
     def to_json(self) -> dict[str, Any]:
         return {"preset": self.preset, "type": self.type, "kind": self.kind, "parts": self.parts, "keys": self.keys,
                 "mean": self.mean.tolist(), "scale": self.scale.tolist(), "weights": self.weights.tolist(),
-                "bias": self.bias.tolist()}
+                "bias": self.bias.tolist(), "reader": self.reader}
 
 
 def load_heads(path: Path) -> tuple[dict[str, Head], dict[str, Any]]:
@@ -154,14 +165,13 @@ def load_heads(path: Path) -> tuple[dict[str, Head], dict[str, Any]]:
     return {name: Head.from_json(h) for name, h in raw["heads"].items()}, raw
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 # --------------------------------------------------------------------------------------------- the family
 
 class PresetHeadsParams(Params):
     artefact: str = "1/preset-heads.json"  # relative to the card's directory; built, never committed
+    # A served instruction LM (its model id) whose state of the pair the two-part heads read (lm_reading): the
+    # build fits them with it, and this model is ready only when that one is.
+    reader: str | None = None
 
 
 class PresetsParams(ZeroShotParams):
@@ -188,6 +198,9 @@ class Presets(ZeroShot):
             if definition is None:
                 continue
             keys = self._keys(definition)
+            if head.reader != (self.params.presets.reader if lm_reading.reads_state(head.kind) else None):
+                raise FamilyError(f"preset {name}: the head was fitted reading {head.reader or 'no LM'}, the card "
+                                  f"names {self.params.presets.reader or 'none'}; rebuild the heads")
             if head.type != definition.get("type") or head.keys != keys:
                 raise FamilyError(f"preset {name}: the head answers {head.type} {head.keys}, the card asks "
                                   f"{definition.get('type')} {keys}; rebuild the heads")
@@ -215,16 +228,28 @@ class Presets(ZeroShot):
     def _read(self, ctx: Context, text: str, q: Any) -> Any:
         return super()._read(ctx, self.params.prefix + text, q)
 
+    def components(self) -> list[str]:
+        """The zero-shot family's, and the LM the two-part heads read (the model is ready only when it is)."""
+        return [*super().components(), *sorted({h.reader for h in self.heads.values() if h.reader is not None})]
+
     async def warm(self, runtime: Runtime) -> None:
-        """Readiness: the artefact's golden texts (English and Chinese, per preset), embedded by the served encoder,
-        must give the probabilities recorded in process at build time."""
+        """Readiness: the artefact's golden texts (English and Chinese, per preset), embedded by the served encoder
+        (and read by the served LM, for heads that read its state), must give the probabilities recorded in
+        process at build time."""
         await super().warm(runtime)
         for case in self.record.get("golden", []):
             head = self.heads[case["preset"]]
             vectors, error = await self.embed(runtime, encoder_texts(head.kind, case["texts"]), None, None)
+            state: np.ndarray | None = None
+            if error is None and head.reader is not None:
+                lm = runtime.models[head.reader]
+                states, error = await self.run_texts(
+                    runtime, lm, [lm_reading.prompt(lm.text_encoder(), head.kind, case["texts"])],
+                    lm.card.limits.max_input_tokens, None, None)
+                state = states[0] if states else None
             if error is not None:
                 raise FamilyError(f"preset {head.preset}: a golden text failed: {error.message}")
-            got = head.probabilities(features(head.kind, case["texts"], vectors))
+            got = head.probabilities(features(head.kind, case["texts"], vectors, state))
             worst = float(np.max(np.abs(got - np.asarray(case["probabilities"]))))
             # a faster served precision (bf16 on AVX-512/AMX hosts) brings the card's own, looser tolerance
             allowed = self.model.card.precisions.get(self.model.engine.get("precision", "fp32"))  # type: ignore[call-overload]
@@ -236,13 +261,20 @@ class Presets(ZeroShot):
     async def embed(self, runtime: Runtime, texts: list[str], deadline_ms: float | None, started: float | None,
                     ) -> tuple[list[np.ndarray], ItemError | None]:
         """The served encoder's EMBEDDING of each text, read truncated to the card's max_input_tokens."""
-        encoder = self.model.text_encoder()
         limit = self.model.card.limits.truncate_tokens or self.model.card.limits.max_input_tokens
+        return await self.run_texts(runtime, self.model, texts, limit, deadline_ms, started)
+
+    @staticmethod
+    async def run_texts(runtime: Runtime, model: ServedModel, texts: list[str], limit: int,
+                        deadline_ms: float | None, started: float | None,
+                        ) -> tuple[list[np.ndarray], ItemError | None]:
+        """`model`'s output vector for each text (truncated to `limit` tokens), or the first failure."""
+        encoder = model.text_encoder()
         try:
             jobs = [Job(encoder.encode(t, max_tokens=limit, overflow="truncate").ids) for t in texts]
         except InputTooLong as exc:  # pragma: no cover - truncation never overflows
             return [], ItemError("max_length_exceeded", exc.message)
-        await run_jobs(runtime, self.model, jobs, deadline_ms=deadline_ms,
+        await run_jobs(runtime, model, jobs, deadline_ms=deadline_ms,
                        timing=Timing(started=started) if started is not None else None)
         failed = next((j.error for j in jobs if j.result is None), None)
         if failed is not None or any(j.result is None for j in jobs):
@@ -254,7 +286,7 @@ class Presets(ZeroShot):
         others = [a for a in asks if a not in trained]
         phases = await super().answer(ctx, others) if others else []
         if trained:
-            phases.append(await self._trained(ctx, trained))
+            phases.extend(await self._trained(ctx, trained))
         return phases
 
     def _texts(self, head: Head, ask: Ask) -> list[str]:
@@ -265,42 +297,60 @@ class Presets(ZeroShot):
             return list(ask.view.parts[:2]) if len(ask.view.parts) >= 2 else [ask.view.text, ask.view.text]
         return [ask.view.text]
 
-    async def _trained(self, ctx: Context, asks: list[Ask]) -> Phases:
+    async def _trained(self, ctx: Context, asks: list[Ask]) -> list[Phases]:
+        """Every trained ask's features: the encoder's rows and, for heads that read one, the LM's prompts, each
+        distinct text run once, the two models at the same time."""
         encoder = self.model.text_encoder()
         limit = self.model.card.limits.truncate_tokens or self.model.card.limits.max_input_tokens
         wanted: dict[str, Job] = {}
-        plans: list[tuple[Ask, Head, list[str], list[Job]]] = []
+        prompts: dict[str, dict[str, Job]] = {}  # per LM: its prompts' jobs
+        plans: list[tuple[Ask, Head, list[str], list[Job], Job | None]] = []
         for ask in asks:
             head = self.heads[ask.question.preset or ""]
             texts = self._texts(head, ask)
             if head.kind == "language":
-                plans.append((ask, head, texts, []))
+                plans.append((ask, head, texts, [], None))
                 ask.view_tokens = len(encoder.encode(texts[0], max_tokens=limit, overflow="truncate").ids)
                 continue
             reads = encoder_texts(head.kind, texts)
             for text in reads:
                 if text not in wanted:
                     wanted[text] = Job(encoder.encode(text, max_tokens=limit, overflow="truncate").ids)
-            plans.append((ask, head, texts, [wanted[t] for t in reads]))
+            read: Job | None = None
+            if head.reader is not None:
+                lm = ctx.runtime.models[head.reader]
+                text = lm_reading.prompt(lm.text_encoder(), head.kind, texts)
+                by_prompt = prompts.setdefault(head.reader, {})
+                if text not in by_prompt:
+                    by_prompt[text] = Job(lm.text_encoder().encode(text, max_tokens=lm.card.limits.max_input_tokens,
+                                                                   overflow="truncate").ids)
+                read = by_prompt[text]
+                ask.question_tokens = len(read.ids)  # the LM's prompt: the question this head asks of the state
+            plans.append((ask, head, texts, [wanted[t] for t in reads], read))
             ask.view_tokens = sum(len(wanted[t].ids) for t in dict.fromkeys(reads))
-        queue_ms, forward_ms = 0.0, 0.0
-        if wanted:
-            queue_ms, forward_ms = await run_jobs(ctx.runtime, self.model, list(wanted.values()),
-                                                 deadline_ms=ctx.deadline_ms, timing=Timing(started=ctx.started))
-        for ask, head, texts, jobs in plans:
-            failed = next((j.error for j in jobs if j.result is None), None)
-            if failed is not None or any(j.result is None for j in jobs):
+        runs = [run_jobs(ctx.runtime, self.model, list(wanted.values()), deadline_ms=ctx.deadline_ms,
+                         timing=Timing(started=ctx.started))] if wanted else []
+        runs += [run_jobs(ctx.runtime, ctx.runtime.models[name], list(by_text.values()),
+                          deadline_ms=ctx.deadline_ms, timing=Timing(started=ctx.started))
+                 for name, by_text in prompts.items()]
+        phases = [Phases.of(queue_ms, forward_ms) for queue_ms, forward_ms in await asyncio.gather(*runs)]
+        for ask, head, texts, rows, state_job in plans:
+            needed = [*rows, *([state_job] if state_job is not None else [])]
+            failed = next((j.error for j in needed if j.result is None), None)
+            if failed is not None or any(j.result is None for j in needed):
                 ask.fail(no_answer(failed))
                 continue
-            vectors = [np.asarray(j.result.values, dtype=np.float64) for j in jobs if j.result is not None]
+            vectors = [np.asarray(j.result.values, dtype=np.float64) for j in rows if j.result is not None]
+            state = (np.asarray(state_job.result.values, dtype=np.float64)
+                     if state_job is not None and state_job.result is not None else None)
             row = (await asyncio.to_thread(features, head.kind, texts, vectors) if head.kind in OFF_LOOP
-                   else features(head.kind, texts, vectors))
+                   else features(head.kind, texts, vectors, state))
             p = head.probabilities(row)
             if not all(math.isfinite(float(x)) for x in p):
                 ask.fail(ItemError("invalid_model_output", "the preset head gave a non-finite probability"))
                 continue
             ask.outcome = Outcome(p)
-        return Phases.of(queue_ms, forward_ms)
+        return phases or [Phases.of(0.0, 0.0)]
 
 
 def classify_scores(model: ServedModel, preset: str, values: np.ndarray) -> np.ndarray:
