@@ -43,6 +43,14 @@ def decide(http: httpx.Client, state: Any, questions: dict[str, Any]) -> dict[st
     return r.json()["answers"]  # type: ignore[no-any-return]
 
 
+def lm_state(kind: str, texts: list[str]) -> np.ndarray:
+    """The served LM's state of a pair as the build computes it (in process: the same ONNX file and prompt)."""
+    from sr_build.presets import InProcessEncoder
+
+    lm = InProcessEncoder(load_card(ROOT / "model_repository" / READER / "card.yaml"))
+    return lm([lm_reading.prompt(lm.encoder, kind, texts)])[0]
+
+
 def test_the_card_lists_the_trained_presets_with_their_types(http: httpx.Client) -> None:
     models = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
     presets = models[MODEL]["decisions"]["presets"]
@@ -112,13 +120,15 @@ def test_the_grounded_head_reads_its_parts_with_the_e5_prefixes_it_was_fitted_on
     encoder = load_card(ROOT / "model_repository" / MODEL / "card.yaml").triton_name
     assert encoder_texts("grounded", [context, answer]) == ["query: " + context, "passage: " + answer]
 
+    state = lm_state("grounded", [context, answer])  # the LM's reading of the pair (its own test is below)
+
     def p_true(kinds: tuple[str, str]) -> float:
         vectors = []
         for text, kind in zip((context, answer), kinds, strict=True):
             resp = http.post("/v1/embeddings", json={"model": encoder, "input": text, "input_type": kind})
             assert resp.status_code == 200, resp.text
             vectors.append(np.asarray(resp.json()["data"][0]["embedding"], dtype=np.float64))
-        return float(heads["grounded"].probabilities(features("grounded", [context, answer], vectors))[1])
+        return float(heads["grounded"].probabilities(features("grounded", [context, answer], vectors, state))[1])
 
     served = decide(http, {"context": context, "answer": answer}, {"g": {"type": "noul", "preset": "grounded"}})
     fitted, other = p_true(("query", "passage")), p_true(("query", "query"))
@@ -139,13 +149,16 @@ def test_the_relevance_head_reads_its_parts_as_written_and_their_e5_prefixed_cos
     assert reads == [request, candidate, "query: " + request, "passage: " + candidate]
     vectors = InProcessEncoder(load_card(ROOT / "model_repository" / MODEL / "card.yaml"))(reads)
 
+    state = lm_state("relevance", [request, candidate])  # the LM's reading of the pair (its own test is below)
+
     def p_true(chosen: list[np.ndarray]) -> float:
-        return float(heads["relevance"].probabilities(features("relevance", [request, candidate], chosen))[1])
+        return float(heads["relevance"].probabilities(features("relevance", [request, candidate], chosen, state))[1])
 
     served = decide(http, {"request": request, "candidate": candidate}, {"r": {"type": "noul", "preset": "relevance"}})
-    fitted, unprefixed = p_true(vectors), p_true([*vectors[:2], *vectors[:2]])
-    assert abs(fitted - unprefixed) > 0.05, (fitted, unprefixed)  # the prefixed cosine matters for this pair
-    assert served["r"]["noul"] == pytest.approx(fitted, abs=0.02)
+    # Since the head reads the LM's state too (set M), it weighs the prefixed cosine little: reading the parts
+    # unprefixed moved its answer by under 0.01 on six pairs tried (2026-12-07), inside the served tolerance, so
+    # this test no longer tells the two readings apart; test_preset_signals holds the served row to set M's.
+    assert served["r"]["noul"] == pytest.approx(p_true(vectors), abs=0.02)
 
 
 @pytest.mark.parametrize(("kind", "parts"), [
@@ -164,8 +177,7 @@ def test_relevance_and_grounded_read_the_lms_state_of_the_pair_they_were_fitted_
     assert head.reader == READER
     texts = list(parts.values())
     vectors = InProcessEncoder(load_card(ROOT / "model_repository" / MODEL / "card.yaml"))(encoder_texts(kind, texts))
-    lm = InProcessEncoder(load_card(ROOT / "model_repository" / READER / "card.yaml"))
-    state = lm([lm_reading.prompt(lm.encoder, kind, texts)])[0]
+    state = lm_state(kind, texts)
     row = features(kind, texts, vectors, state)
     fitted = float(head.probabilities(row)[1])
     end = len(row) - signal_count(kind)
