@@ -319,11 +319,12 @@ class Presets(ZeroShot):
             read: Job | None = None
             if head.reader is not None:
                 lm = ctx.runtime.models[head.reader]
-                text = lm_reading.prompt(lm.text_encoder(), head.kind, texts)
+                lm_encoder = lm.text_encoder()
+                text = lm_reading.prompt(lm_encoder, head.kind, texts)
                 by_prompt = prompts.setdefault(head.reader, {})
                 if text not in by_prompt:
-                    by_prompt[text] = Job(lm.text_encoder().encode(text, max_tokens=lm.card.limits.max_input_tokens,
-                                                                   overflow="truncate").ids)
+                    by_prompt[text] = Job(lm_encoder.encode(text, max_tokens=lm.card.limits.max_input_tokens,
+                                                            overflow="truncate").ids)
                 read = by_prompt[text]
                 ask.question_tokens = len(read.ids)  # the LM's prompt: the question this head asks of the state
             plans.append((ask, head, texts, [wanted[t] for t in reads], read))
