@@ -38,8 +38,9 @@ lint: venv
 
 # The short soak (tests/gateway/test_soak.py, issue 23) is part of it: a served stack under a varied mixed load for
 # 150 s fails if any process's anonymous RSS at the end is 5 % (8 MiB at least) above the end of warm-up.
+# The 25 slowest tests are listed at the end: CI's time budget is watched per test too.
 test-gateway: models
-	$(BIN)/pytest -q tests/gateway
+	$(BIN)/pytest -q --durations=25 tests/gateway
 
 # The short soak alone (docs/benchmarks.md "Memory under a soak"); `python -m tools.soak serve` runs a long one.
 soak: models
