@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -37,10 +36,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from gateway.decisions.families.lm_reading import SYSTEM
+from gateway.decisions.families.lm_reading import frame
 from gateway.decisions.questions import Question, validate
 from gateway.decisions.state import parse_state
-from sr_build.presets import PENALTIES, InProcessEncoder, fit_softmax, folds, standardise
+from sr_build.presets import PENALTIES, InProcessEncoder, fit_softmax, folds, level, standardise
 from sr_common.cache import cache_dir
 from sr_common.cards import load_card
 from tools.eval_decisions import ITEM_FILES, PRESETS, load_all, wilson
@@ -64,11 +63,6 @@ def user_turn(text: str, q: Question, option: int | None) -> str:
     pick = q.options[option or 0]
     named = f"{pick.key}: {pick.description}" if pick.description else pick.key
     return f"Text: {text}\nQuestion: {q.instructions}\nOptions:\n{listed}\nIs this right: {named}?\nAnswer yes or no."
-
-
-def chatml(user: str) -> str:
-    return (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
-            "<|im_start|>assistant\n")
 
 
 class Reader:
@@ -110,9 +104,9 @@ def prompts_of(item: dict[str, Any], q: Question) -> tuple[list[str], list[int]]
     view = parse_state(item["state"]).view(q.over)
     want = expected_index(item, q)
     if q.type == "noul":
-        return [chatml(user_turn(view.text, q, None))], [int(want)]
+        return [frame(user_turn(view.text, q, None))], [int(want)]
     labels = [int(i in want) if q.type == "set" else int(i == want) for i in range(len(q.options))]
-    return [chatml(user_turn(view.text, q, i)) for i in range(len(q.options))], labels
+    return [frame(user_turn(view.text, q, i)) for i in range(len(q.options))], labels
 
 
 def preset_items(spec: Any) -> list[dict[str, Any]]:
@@ -144,8 +138,7 @@ def decide(q: Question, p_yes: np.ndarray) -> Any:
         return int(np.argmax(p_yes))
     if q.type == "set":
         return {i for i, v in enumerate(p_yes) if v > 0.5}
-    p = p_yes / max(float(p_yes.sum()), 1e-12)
-    return math.floor(float(np.arange(len(p)) @ p) + 0.5)
+    return level(p_yes / max(float(p_yes.sum()), 1e-12))
 
 
 def probe_penalty(x: np.ndarray, y: np.ndarray, groups: list[str]) -> tuple[float, dict[str, float]]:

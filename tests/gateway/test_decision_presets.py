@@ -7,6 +7,7 @@ The session gateway serves the whole model repository, so decision-multilingual 
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -43,11 +44,17 @@ def decide(http: httpx.Client, state: Any, questions: dict[str, Any]) -> dict[st
     return r.json()["answers"]  # type: ignore[no-any-return]
 
 
-def lm_state(kind: str, texts: list[str]) -> np.ndarray:
-    """The served LM's state of a pair as the build computes it (in process: the same ONNX file and prompt)."""
+@functools.cache
+def in_process_lm() -> Any:
+    """The reader's 1.5 GB graph in process, loaded once for the module's tests."""
     from sr_build.presets import InProcessEncoder
 
-    lm = InProcessEncoder(load_card(ROOT / "model_repository" / READER / "card.yaml"))
+    return InProcessEncoder(load_card(ROOT / "model_repository" / READER / "card.yaml"))
+
+
+def lm_state(kind: str, texts: list[str]) -> np.ndarray:
+    """The served LM's state of a pair as the build computes it (in process: the same ONNX file and prompt)."""
+    lm = in_process_lm()
     return lm([lm_reading.prompt(lm.encoder, kind, texts)])[0]
 
 

@@ -32,12 +32,16 @@ def reads_state(kind: str) -> bool:
     return kind in PROMPTS
 
 
-def chatml(kind: str, first: str, second: str) -> str:
+def frame(user: str) -> str:
     """Qwen2.5's chat template, system line first, ending with the assistant's header (add_generation_prompt):
     the state is read at its last token, where the model would start its answer."""
-    user = PROMPTS[kind].format(first, second)
     return (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
             "<|im_start|>assistant\n")
+
+
+def chatml(kind: str, first: str, second: str) -> str:
+    """The registered prompt of a pair of this kind, framed."""
+    return frame(PROMPTS[kind].format(first, second))
 
 
 def cut(encoder: TextEncoder, text: str, tokens: int = PART_TOKENS) -> str:
