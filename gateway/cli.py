@@ -111,6 +111,9 @@ def _build(args: argparse.Namespace) -> int:
             from sr_build.tune import tune_repository
 
             tune_repository(repo, only=args.model or None, engine=args.engine, precision=args.precision)
+        from sr_build.presets import build_presets  # after the tune: the heads read an LM on its served engine
+
+        build_presets(repo, force=args.force)
         if args.target == "gpu":
             for variant in build_gpu_repository(repo, plans=not args.configs_only):
                 print(f"{variant.model}: GPU variant, TensorRT plans fp16={variant.fp16}, max abs diff vs CPU "

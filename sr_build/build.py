@@ -117,7 +117,4 @@ def build_repository(repo: Path, *, force: bool = False, strict: bool = False,
             results.append(result)
             print(f"{result.model}: {result.action} model.onnx sha256={result.onnx_sha256}"
                   + (f" NOTE: {result.note}" if result.note else ""), file=sys.stderr)
-    from .presets import build_presets  # trained decision presets: fitted on the encoders just built
-
-    build_presets(repo, force=force)
     return results

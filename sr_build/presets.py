@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-REVISION = 11  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
+REVISION = 12  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
 #    signal weights, penalties up to 10, CV accuracy per language in the report; 4: pii signals from the PII
 #    libraries (pii_zh's validated entities and LAC names/addresses, phonenumbers US/GB/CN, IBAN); 5: pii_zh's
 #    resident identity numbers by check digit, birth date and a known area code (not stdnum's county-in-birth-year);
@@ -41,7 +41,8 @@ REVISION = 11  # 3: signals in preset_signals (grounded numbers by value, weekda
 #    (一百五 is 150, 四千五 is 4,500, 三两 is three liang, not 32); 9: the grounded head embeds its parts with E5's
 #    prefixes (presets.ENCODER_PREFIXES, chosen by tools/pair_features_cv); 10: the relevance head reads the gap
 #    between its parts' scripts and the cosine of its E5-prefixed parts (presets.ALSO_PREFIXED, set G); 11: relevance
-#    and grounded read the card's LM state of each pair too (`presets.reader`, families/lm_reading.py; set M)
+#    and grounded read the card's LM state of each pair too (`presets.reader`, families/lm_reading.py; set M); 12: the
+#    LM is read on the engine and precision Triton serves it with (bf16 where the tuner chose it), keyed by them
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tools" / "decisions_eval" / "presets"
 FOLDS = 5
@@ -190,10 +191,16 @@ def cross_validate(x: np.ndarray, y: np.ndarray, classes: int, qtype: str, group
 
 
 class InProcessEncoder:
-    """The card's encoder in process: the ONNX file and tokenizer Triton serves, the backend's ragged runner."""
+    """The card's encoder in process: the ONNX file and tokenizer Triton serves, the backend's ragged runner, on
+    ONNX Runtime fp32, or with `served=True` on the engine and precision of the config Triton loads for it.
 
-    def __init__(self, card: Any) -> None:
+    The LM the two-part heads read is run served (its bf16 state moves by up to ~0.01 where fp32's is ~2e-6, and
+    its heads read the raw state; the bf16 run of 2026-12-07 05:11 in tools/decisions_eval/RUNS.md kept their CV);
+    the encoder is not (bf16 E5 is within 0.99998 cosine of fp32, and every head was fitted and judged on fp32)."""
+
+    def __init__(self, card: Any, *, served: bool = False) -> None:
         from gateway.runtime import ServedModel
+        from sr_backend.engines import load_configured
         from sr_backend.engines.ort_engine import make_session
         from sr_backend.ragged import RaggedRunner
 
@@ -201,7 +208,8 @@ class InProcessEncoder:
         self.model = ServedModel(card)
         self.encoder = self.model.text_encoder()
         self.limit = card.limits.truncate_tokens or card.limits.max_input_tokens
-        self.runner = RaggedRunner(make_session(str(self.onnx_path(card)), threads=2))
+        self.runner = RaggedRunner(load_configured(card.directory.parent / card.triton_name, threads=2) if served
+                                   else make_session(str(self.onnx_path(card)), threads=2))
         self.cache: dict[str, np.ndarray] = {}
 
     @staticmethod
@@ -263,9 +271,18 @@ def cache_key(card: Any, data: Path, reader: Any = None) -> dict[str, Any]:
     key = {"revision": REVISION, "data": files, "presets": presets, "encoder": _model_key(card),
            "libraries": _versions()}
     if reader is not None:
-        key["reader"] = {**_model_key(reader), "system": lm_reading.SYSTEM, "prompts": lm_reading.PROMPTS,
-                         "part_tokens": lm_reading.PART_TOKENS}
+        key["reader"] = {**_model_key(reader), "served": served_engine(reader), "system": lm_reading.SYSTEM,
+                         "prompts": lm_reading.PROMPTS, "part_tokens": lm_reading.PART_TOKENS}
     return key
+
+
+def served_engine(card: Any) -> dict[str, str]:
+    """The engine and precision Triton runs `card`'s graph with (configs/tuned.pbtxt, else config.pbtxt): the
+    reader's heads are fitted on its state there, so a new choice (`models tune` on another host) rebuilds them."""
+    from sr_backend.engines import served_choice
+
+    choice = served_choice(card.directory.parent / card.triton_name)
+    return {k: choice[k] for k in ("engine", "precision", *(("int8_recipe",) if choice["precision"] == "int8" else ()))}
 
 
 def fit_heads(card: Any, data: Path, embed: Any, reader: InProcessEncoder | None = None) -> dict[str, Any]:
@@ -355,7 +372,7 @@ def build_card(model_dir: Path, data: Path = DATA, *, force: bool = False,
         if recorded.get("key") == key and recorded.get("format") == ARTEFACT_FORMAT:
             return PresetsResult(card.id, "cached", _sha(out))
     fitted = fit_heads(card, data, embed or InProcessEncoder(card),
-                       InProcessEncoder(reader) if reader is not None else None)
+                       InProcessEncoder(reader, served=True) if reader is not None else None)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"format": ARTEFACT_FORMAT, "key": key, **fitted}, ensure_ascii=False))
     return PresetsResult(card.id, "built", _sha(out), json.dumps(

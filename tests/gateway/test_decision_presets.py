@@ -19,7 +19,7 @@ import pytest
 
 from gateway.cards import load_card
 from gateway.decisions.families import lm_reading
-from gateway.decisions.families.presets import encoder_texts, features, load_heads, signal_count
+from gateway.decisions.families.presets import encoder_texts, features, load_heads, reader_tolerance, signal_count
 from sr_build import presets as build
 from tools import eval_decisions as ev
 
@@ -46,10 +46,11 @@ def decide(http: httpx.Client, state: Any, questions: dict[str, Any]) -> dict[st
 
 @functools.cache
 def in_process_lm() -> Any:
-    """The reader's 1.5 GB graph in process, loaded once for the module's tests."""
+    """The reader's 1.5 GB graph in process on the engine and precision Triton serves it with (as the build reads
+    it), loaded once for the module's tests."""
     from sr_build.presets import InProcessEncoder
 
-    return InProcessEncoder(load_card(ROOT / "model_repository" / READER / "card.yaml"))
+    return InProcessEncoder(load_card(ROOT / "model_repository" / READER / "card.yaml"), served=True)
 
 
 def lm_state(kind: str, texts: list[str]) -> np.ndarray:
@@ -226,6 +227,39 @@ def test_the_heads_are_rebuilt_when_their_data_changes_and_cached_otherwise(tmp_
     assert changed is not None and changed.action == "built" and changed.sha256 != first.sha256
     artefact = json.loads((repo / MODEL / "1" / "preset-heads.json").read_text())
     assert set(artefact["heads"]) == {"jailbreak"} and {g["lang"] for g in artefact["golden"]} == {"en", "zh"}
+
+
+def test_the_heads_are_keyed_by_the_engine_and_precision_their_reader_is_served_with(tmp_path: Path) -> None:
+    """The two-part heads are fitted on the LM's state as Triton serves it, so another served choice (a tune on
+    another host) must rebuild them: the choice is part of their cache key."""
+    from sr_common.tuned_config import DEFAULTS, write_generated
+
+    reader = tmp_path / READER
+    reader.mkdir()
+    for entry in (ROOT / "model_repository" / READER).iterdir():  # linked, so the real configs are never touched
+        if entry.name != "configs":
+            (reader / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    lm = load_card(reader / "card.yaml")
+    card = load_card(ROOT / "model_repository" / MODEL / "card.yaml")
+    keys = []
+    for engine, precision in (("onnxruntime", "fp32"), ("openvino", "bf16")):
+        write_generated(reader, {**DEFAULTS, "engine": engine, "precision": precision}, "test")
+        assert build.served_engine(lm) == {"engine": engine, "precision": precision}
+        keys.append(build.cache_key(card, tmp_path, lm))
+    assert keys[0]["reader"]["served"] != keys[1]["reader"]["served"]
+    assert {k: v for k, v in keys[0]["reader"].items() if k != "served"} == \
+        {k: v for k, v in keys[1]["reader"].items() if k != "served"}
+
+
+def test_a_reader_served_off_the_precision_its_heads_were_fitted_on_brings_its_cards_tolerance() -> None:
+    lm = load_card(ROOT / "model_repository" / READER / "card.yaml")
+    bf16, fp32 = {"engine": "openvino", "precision": "bf16"}, {"engine": "onnxruntime", "precision": "fp32"}
+    loose = lm.precisions["bf16"].golden_tolerance
+    assert loose is not None and loose > 0
+    assert reader_tolerance(lm, bf16, bf16) == 0.0 and reader_tolerance(lm, fp32, fp32) == 0.0
+    assert reader_tolerance(lm, bf16, fp32) == loose and reader_tolerance(lm, fp32, bf16) == loose
+    assert reader_tolerance(lm, fp32, {"engine": "openvino", "precision": "fp32"}) == 0.0
+    assert reader_tolerance(lm, {}, bf16) == loose  # heads fitted before the key named the served choice
 
 
 # -- the evaluation tool's scoring rule ------------------------------------------------------------------------

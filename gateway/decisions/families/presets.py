@@ -29,7 +29,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,8 +44,25 @@ from .base import Ask, Context, FamilyError, Params, Phases
 from .preset_signals import grounded_signals, language_features, pii_signals, relevance_signals
 from .zeroshot import ZeroShot, ZeroShotParams
 
+if TYPE_CHECKING:
+    from ...cards import Card
+
 ARTEFACT_FORMAT = 1
 HEAD_TOLERANCE = 2e-3  # served (fp32) vs in-process probabilities of the artefact's golden texts
+
+
+def precision_tolerance(card: Card, precision: str | None) -> float:
+    """The golden tolerance `card` allows at a precision it offers beyond fp32 (0 for fp32 or an unknown one)."""
+    spec = card.precisions.get(precision) if precision else None  # type: ignore[call-overload]
+    return (spec.golden_tolerance or 0.0) if spec is not None else 0.0
+
+
+def reader_tolerance(card: Card, fitted: dict[str, Any], served: dict[str, Any]) -> float:
+    """The LM's share of a golden's tolerance: 0 where it is served on the engine and precision the heads were
+    fitted on; else its card's tolerance for whichever of the two is not fp32 (its state moves by that much)."""
+    if (fitted.get("engine"), fitted.get("precision")) == (served.get("engine"), served.get("precision", "fp32")):
+        return 0.0
+    return max(precision_tolerance(card, fitted.get("precision")), precision_tolerance(card, served.get("precision")))
 
 # --------------------------------------------------------------------------------------------- features
 
@@ -251,12 +268,22 @@ class Presets(ZeroShot):
                 raise FamilyError(f"preset {head.preset}: a golden text failed: {error.message}")
             got = head.probabilities(features(head.kind, case["texts"], vectors, state))
             worst = float(np.max(np.abs(got - np.asarray(case["probabilities"]))))
-            # a faster served precision (bf16 on AVX-512/AMX hosts) brings the card's own, looser tolerance
-            allowed = self.model.card.precisions.get(self.model.engine.get("precision", "fp32"))  # type: ignore[call-overload]
-            tolerance = max(HEAD_TOLERANCE, allowed.golden_tolerance or 0.0) if allowed is not None else HEAD_TOLERANCE
+            tolerance = self.golden_tolerance(runtime, head)
             if worst > tolerance:
                 raise FamilyError(f"preset {head.preset}: golden {case['texts'][0][:40]!r} differs by {worst:.2e} "
                                   f"(tolerance {tolerance:g}) from the in-process build")
+
+    def golden_tolerance(self, runtime: Runtime, head: Head) -> float:
+        """How far a golden's served probabilities may be from the build's. The encoder was read at fp32 in the
+        build, so its faster served precision (bf16 on AVX-512/AMX hosts) brings its card's own, looser tolerance;
+        the LM was read on its served engine and precision (the artefact's key), so only a different one served now
+        (another host's tune, a test's forced choice) brings the LM card's tolerance for the one that is not fp32."""
+        tolerance = max(HEAD_TOLERANCE, precision_tolerance(self.model.card, self.model.engine.get("precision")))
+        if head.reader is not None:
+            lm = runtime.models[head.reader]
+            fitted = self.record.get("key", {}).get("reader", {}).get("served", {})
+            tolerance = max(tolerance, reader_tolerance(lm.card, fitted, lm.engine))
+        return tolerance
 
     async def embed(self, runtime: Runtime, texts: list[str], deadline_ms: float | None, started: float | None,
                     ) -> tuple[list[np.ndarray], ItemError | None]:
