@@ -7,9 +7,10 @@ The session gateway serves the whole model repository, so decision-multilingual 
 
 from __future__ import annotations
 
-import functools
+import gc
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,18 +45,21 @@ def decide(http: httpx.Client, state: Any, questions: dict[str, Any]) -> dict[st
     return r.json()["answers"]  # type: ignore[no-any-return]
 
 
-@functools.cache
-def in_process_lm() -> Any:
+@pytest.fixture(scope="module")
+def lm() -> Iterator[Any]:
     """The reader's 1.5 GB graph in process on the engine and precision Triton serves it with (as the build reads
-    it), loaded once for the module's tests."""
+    it), loaded once for the module's tests and let go after them: it is 2-3 GB beside a served stack on a 24 GB CI
+    machine."""
     from sr_build.presets import InProcessEncoder
 
-    return InProcessEncoder(load_card(ROOT / "model_repository" / READER / "card.yaml"), served=True)
+    reader = InProcessEncoder(load_card(ROOT / "model_repository" / READER / "card.yaml"), served=True)
+    yield reader
+    del reader
+    gc.collect()
 
 
-def lm_state(kind: str, texts: list[str]) -> np.ndarray:
+def lm_state(lm: Any, kind: str, texts: list[str]) -> np.ndarray:
     """The served LM's state of a pair as the build computes it (in process: the same ONNX file and prompt)."""
-    lm = in_process_lm()
     return lm([lm_reading.prompt(lm.encoder, kind, texts)])[0]
 
 
@@ -118,7 +122,7 @@ def test_a_two_part_preset_reads_its_named_parts(http: httpx.Client) -> None:
     assert abs(named - swapped) > 1e-3, (named, swapped)
 
 
-def test_the_grounded_head_reads_its_parts_with_the_e5_prefixes_it_was_fitted_on(http: httpx.Client) -> None:
+def test_the_grounded_head_reads_its_parts_with_the_e5_prefixes_it_was_fitted_on(http: httpx.Client, lm: Any) -> None:
     """The build embeds grounded's parts as `query: ` context and `passage: ` answer (presets.ENCODER_PREFIXES, chosen
     by cross-validation); the served answer must be the head over those same embeddings, here fetched from the same
     served encoder through /v1/embeddings (whose input_type puts the card's prefix)."""
@@ -128,7 +132,7 @@ def test_the_grounded_head_reads_its_parts_with_the_e5_prefixes_it_was_fitted_on
     encoder = load_card(ROOT / "model_repository" / MODEL / "card.yaml").triton_name
     assert encoder_texts("grounded", [context, answer]) == ["query: " + context, "passage: " + answer]
 
-    state = lm_state("grounded", [context, answer])  # the LM's reading of the pair (its own test is below)
+    state = lm_state(lm, "grounded", [context, answer])  # the LM's reading of the pair (its own test is below)
 
     def p_true(kinds: tuple[str, str]) -> float:
         vectors = []
@@ -144,7 +148,8 @@ def test_the_grounded_head_reads_its_parts_with_the_e5_prefixes_it_was_fitted_on
     assert served["g"]["noul"] == pytest.approx(fitted, abs=0.02)
 
 
-def test_the_relevance_head_reads_its_parts_as_written_and_their_e5_prefixed_cosine(http: httpx.Client) -> None:
+def test_the_relevance_head_reads_its_parts_as_written_and_their_e5_prefixed_cosine(http: httpx.Client,
+                                                                                    lm: Any) -> None:
     """The build reads relevance's parts as written (the head's vectors) and again with E5's prefixes (one signal:
     their cosine, which holds across languages; presets.ALSO_PREFIXED). The served answer must be the head over
     exactly those four embeddings. /v1/embeddings always puts a prefix on this card, so the vectors come from the
@@ -157,7 +162,7 @@ def test_the_relevance_head_reads_its_parts_as_written_and_their_e5_prefixed_cos
     assert reads == [request, candidate, "query: " + request, "passage: " + candidate]
     vectors = InProcessEncoder(load_card(ROOT / "model_repository" / MODEL / "card.yaml"))(reads)
 
-    state = lm_state("relevance", [request, candidate])  # the LM's reading of the pair (its own test is below)
+    state = lm_state(lm, "relevance", [request, candidate])  # the LM's reading of the pair (its own test is below)
 
     def p_true(chosen: list[np.ndarray]) -> float:
         return float(heads["relevance"].probabilities(features("relevance", [request, candidate], chosen, state))[1])
@@ -173,7 +178,7 @@ def test_the_relevance_head_reads_its_parts_as_written_and_their_e5_prefixed_cos
     ("relevance", {"request": "退款一般要多久才能到账？", "candidate": "我们支持信用卡和支付宝两种退款方式。"}),
     ("grounded", {"context": "博物馆每天9点开门，17点关门，周一闭馆。", "answer": "博物馆周一闭馆，每天9点开门。"})])
 def test_relevance_and_grounded_read_the_lms_state_of_the_pair_they_were_fitted_on(
-        http: httpx.Client, kind: str, parts: dict[str, str]) -> None:
+        http: httpx.Client, lm: Any, kind: str, parts: dict[str, str]) -> None:
     """The two-part heads read, beside the encoder's rows, the state of qwen-coder-state at the end of the pair's
     ChatML prompt (lm_reading). The served answer must be the head over the in-process encoder's rows and the
     in-process LM's state (the same ONNX files; the heads' golden check holds served and in-process within 2e-3),
@@ -185,7 +190,7 @@ def test_relevance_and_grounded_read_the_lms_state_of_the_pair_they_were_fitted_
     assert head.reader == READER
     texts = list(parts.values())
     vectors = InProcessEncoder(load_card(ROOT / "model_repository" / MODEL / "card.yaml"))(encoder_texts(kind, texts))
-    state = lm_state(kind, texts)
+    state = lm_state(lm, kind, texts)
     row = features(kind, texts, vectors, state)
     fitted = float(head.probabilities(row)[1])
     end = len(row) - signal_count(kind)
