@@ -32,7 +32,7 @@ COPY model_repository model_repository
 # and sr-triton install ONNX Runtime alone, so a config naming torch (or OpenVINO) would fail every load there.
 RUN pip wheel --no-index --no-deps --no-build-isolation --wheel-dir /wheels . \
  && pip install --no-index --no-deps /wheels/sr_gateway-*.whl && pip check \
- && sr-gateway models build --model-repository /src/model_repository --strict --engine onnxruntime \
+ && sr-gateway models build --model-repository /src/model_repository --strict --engine onnxruntime --store off \
  && find model_repository -name __pycache__ -prune -exec rm -rf {} +
 
 FROM ${BASE}

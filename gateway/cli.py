@@ -98,22 +98,24 @@ def _triton(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     from sr_build.build import build_repository
     from sr_build.sources import SourceError
+    from sr_build.store import ModelStore
 
     repo = Path(args.model_repository)
+    store = ModelStore.from_setting(args.store, args.store_max_gib)
     try:
         if args.target == "gpu":
             from sr_build.gpu import build_gpu_repository, require_tensorrt
 
             if not args.configs_only:
                 require_tensorrt()  # before building anything: a clear error on a machine without it
-        build_repository(repo, force=args.force, strict=args.strict, only=args.model or None)
+        build_repository(repo, force=args.force, strict=args.strict, only=args.model or None, store=store)
         if not args.no_tune and args.target == "cpu":  # GPU configs are chosen by gpu.py's own golden check
             from sr_build.tune import tune_repository
 
-            tune_repository(repo, only=args.model or None, engine=args.engine, precision=args.precision)
+            tune_repository(repo, only=args.model or None, engine=args.engine, precision=args.precision, store=store)
         from sr_build.presets import build_presets  # after the tune: the heads read an LM on its served engine
 
-        build_presets(repo, force=args.force)
+        build_presets(repo, force=args.force, store=store)
         if args.target == "gpu":
             for variant in build_gpu_repository(repo, plans=not args.configs_only):
                 print(f"{variant.model}: GPU variant, TensorRT plans fp16={variant.fp16}, max abs diff vs CPU "
@@ -126,13 +128,15 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    from sr_build.store import ModelStore
     from sr_build.tune import TuneError, tune_repository
 
     from .cards import CardError
 
     try:
         tune_repository(Path(args.model_repository), only=args.model or None, engine=args.engine,
-                        precision=args.precision, force=args.force)
+                        precision=args.precision, force=args.force,
+                        store=ModelStore.from_setting(args.store, args.store_max_gib))
     except (TuneError, CardError) as exc:
         print(f"models tune failed: {exc}", file=sys.stderr)
         return 1
@@ -148,6 +152,18 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=PRECISIONS,
                         default=os.environ.get("SR_GATEWAY_PRECISION") or None,
                         help="serve at this precision (the card must allow it and its check must pass)")
+
+
+def _store_flags(parser: argparse.ArgumentParser) -> None:
+    from sr_build.store import DEFAULT_MAX_GIB
+
+    parser.add_argument("--store", default=os.environ.get("SR_GATEWAY_MODEL_STORE"),
+                        help="the machine's store of built models, tune records and preset heads, keyed by each "
+                             "step's cache key, that a fresh checkout takes them from (default "
+                             "$XDG_CACHE_HOME/sr-gateway/models; 'off': none, e.g. in an image build)")
+    parser.add_argument("--store-max-gib", type=float,
+                        default=float(os.environ.get("SR_GATEWAY_MODEL_STORE_MAX_GIB", DEFAULT_MAX_GIB)),
+                        help="the store's cap; least recently used entries go first")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --target gpu: write the GPU configs without building TensorRT plans")
     build.add_argument("--no-tune", action="store_true",
                        help="skip `models tune` (the configs keep their current engine choice)")
+    _store_flags(build)
     _engine_flags(build)
     build.set_defaults(run=_build)
     tune = model_commands.add_parser("tune", help="measure each model's engines, precisions and "
@@ -198,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--model", action="append", help="only this model id (repeatable)")
     tune.add_argument("--force", action="store_true", help="measure again even when the cache matches")
     _engine_flags(tune)
+    _store_flags(tune)
     tune.set_defaults(run=_tune)
     return parser
 

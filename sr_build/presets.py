@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
+from .store import ModelStore
+
 REVISION = 12  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
 #    signal weights, penalties up to 10, CV accuracy per language in the report; 4: pii signals from the PII
 #    libraries (pii_zh's validated entities and LAC names/addresses, phonenumbers US/GB/CN, IBAN); 5: pii_zh's
@@ -54,7 +56,7 @@ GOLDEN_LANGS = ("en", "zh")
 @dataclass(frozen=True)
 class PresetsResult:
     model: str
-    action: str  # "built" | "cached" | "skipped"
+    action: str  # "built" | "cached" (the checkout's) | "stored" (from the model store) | "skipped"
     sha256: str
     note: str = ""
 
@@ -343,8 +345,8 @@ def fit_heads(card: Any, data: Path, embed: Any, reader: InProcessEncoder | None
     return {"heads": heads, "report": report, "golden": golden}
 
 
-def build_card(model_dir: Path, data: Path = DATA, *, force: bool = False,
-               embed: Any = None) -> PresetsResult | None:
+def build_card(model_dir: Path, data: Path = DATA, *, force: bool = False, embed: Any = None,
+               store: ModelStore | None = None) -> PresetsResult | None:
     """Build (or find cached) one card's preset heads; None for cards that are not `presets` decision cards."""
     from gateway.cards import discover, load_card
     from gateway.decisions.families.presets import ARTEFACT_FORMAT, PresetsParams
@@ -367,24 +369,38 @@ def build_card(model_dir: Path, data: Path = DATA, *, force: bool = False,
     missing = [n for n, sha in key["data"].items() if sha is None]
     if len(missing) == len(key["data"]):
         return PresetsResult(card.id, "skipped", "", f"no preset data in {data}")
-    if not force and out.is_file():
+
+    def current() -> bool:
+        if force or not out.is_file():
+            return False
         recorded = json.loads(out.read_text())
-        if recorded.get("key") == key and recorded.get("format") == ARTEFACT_FORMAT:
-            return PresetsResult(card.id, "cached", _sha(out))
+        return bool(recorded.get("key") == key and recorded.get("format") == ARTEFACT_FORMAT)
+
+    stored = {"format": ARTEFACT_FORMAT, **key}
+    name = out.relative_to(model_dir).as_posix()
+    if current():
+        if store is not None:
+            store.publish("presets", stored, model_dir, [name])
+        return PresetsResult(card.id, "cached", _sha(out))
+    if not force and store is not None and store.fetch("presets", stored, model_dir) and current():
+        return PresetsResult(card.id, "stored", _sha(out))
     fitted = fit_heads(card, data, embed or InProcessEncoder(card),
                        InProcessEncoder(reader, served=True) if reader is not None else None)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"format": ARTEFACT_FORMAT, "key": key, **fitted}, ensure_ascii=False))
+    if store is not None:
+        store.publish("presets", stored, model_dir, [name], replace=True)
     return PresetsResult(card.id, "built", _sha(out), json.dumps(
         {n: r.get("cv_accuracy") for n, r in fitted["report"].items()})
         + (f"; no data for {missing}: answered zero-shot" if missing else ""))
 
 
-def build_presets(repo: Path, data: Path = DATA, *, force: bool = False) -> list[PresetsResult]:
+def build_presets(repo: Path, data: Path = DATA, *, force: bool = False,
+                  store: ModelStore | None = None) -> list[PresetsResult]:
     """The build step: every presets card of the repository (after the encoders are built)."""
     results = []
     for model_dir in sorted(p.parent for p in repo.glob("*/card.yaml")):
-        result = build_card(model_dir, data, force=force)
+        result = build_card(model_dir, data, force=force, store=store)
         if result is not None:
             results.append(result)
             print(f"{result.model}: preset heads {result.action}"

@@ -9,7 +9,8 @@ generated Triton config, `<model>/configs/tuned.pbtxt` (the tracked config.pbtxt
 `precision`, `intra_op_threads` and `instance_group.count` set; git-ignored; see sr_common/tuned_config.py),
 which tritonserver loads through `--model-config-name`, and cached in `<version>/.cache/tune.json`, keyed by the
 host's CPU model and ISA flags, the graph's sha256, the engine versions and the card's allowances, so `make test`
-reruns nothing on the same host.
+reruns nothing on the same host; with a model store (sr_build/store.py), a fresh checkout on that host takes the
+record, with the quantised copies of the int8 pairs it accepted, from there.
 
 This module decides and records; the measuring is by model kind (tune_text, tune_image) on what tune_samples
 provides, with the timing and choosing rules of tune_measure.
@@ -32,6 +33,7 @@ from sr_common.tuned_config import write_generated
 
 from . import tune_image, tune_text
 from .sources import sha256_file
+from .store import ModelStore
 from .tune_measure import Candidate, TuneError, choose_layout, label, load_engines
 from .tune_samples import CALIBRATION_TEXTS, verification_pictures
 
@@ -80,7 +82,7 @@ def _key(card: Card, onnx: Path, host: Any, engine: str | None, precision: str |
 
 
 def tune_model(card: Card, *, engine: str | None = None, precision: str | None = None, force: bool = False,
-               log: Any = None) -> Choice:
+               log: Any = None, store: ModelStore | None = None) -> Choice:
     """Measure (or read from the cache) this model's engine choice on this host and write it into its config."""
     from sr_backend.engines.host import detect
 
@@ -102,20 +104,46 @@ def tune_model(card: Card, *, engine: str | None = None, precision: str | None =
         key["image"] = {"kind": tune_image.image_kind(card), "int8_ops": list(tune_image.IMAGE_INT8_OPS),
                         "pictures": tune_image.pictures_digest(pictures), "batch": tune_image.IMAGE_BATCH}
     cache = card.version_dir / ".cache" / "tune.json"
-    if not force and cache.is_file():
-        recorded = json.loads(cache.read_text())
-        if recorded.get("key") == key:
-            choice = Choice(**{**recorded["choice"], "source": "cached"})
-            write_config(card.directory, choice)
-            say(f"{card.id}: {label(choice.engine, choice.precision, choice.int8_recipe)}, {choice.instances} "
-                f"instance(s) x {choice.threads} thread(s) (cached for this host: {cache})")
-            return choice
 
-    if card.image is not None:
-        measured = tune_image.measure_image(card, pictures, engine, precision, host.cores, say)
+    def cached() -> Choice | None:
+        if force or not cache.is_file():
+            return None
+        recorded = json.loads(cache.read_text())
+        return Choice(**{**recorded["choice"], "source": "cached"}) if recorded.get("key") == key else None
+
+    stored = {"model": card.id, **key}  # the store's key: the choice names its model
+    if (choice := cached()) is None and not force and store is not None and store.fetch("tune", stored,
+                                                                                         card.version_dir):
+        choice = cached()
+    if choice is not None:
+        write_config(card.directory, choice)
+        say(f"{card.id}: {label(choice.engine, choice.precision, choice.int8_recipe)}, {choice.instances} "
+            f"instance(s) x {choice.threads} thread(s) (cached for this host: {cache})")
     else:
-        measured = tune_text.measure_text(card, engine, precision, host.cores, say)
-    return _finish(card, *measured, host, key, cache, engine, precision, say)
+        if card.image is not None:
+            measured = tune_image.measure_image(card, pictures, engine, precision, host.cores, say)
+        else:
+            measured = tune_text.measure_text(card, engine, precision, host.cores, say)
+        choice = _finish(card, *measured, host, key, cache, engine, precision, say)
+    if store is not None:
+        store.publish("tune", stored, card.version_dir, [*_int8_files(onnx, choice), ".cache/tune.json"],
+                      replace=choice.source != "cached")
+    return choice
+
+
+def _int8_files(onnx: Path, choice: Choice) -> list[str]:
+    """The quantised copies (and their recipe stamps) of every int8 candidate that passed its check: the engine
+    never makes one at load, and any accepted pair may be served (`test_accepted_precisions` serves them all)."""
+    from sr_backend.engines import int8_path
+
+    recipes = sorted({c["recipe"] or "dynamic" for c in choice.candidates
+                      if c["precision"] == "int8" and c["status"] == "measured"}
+                     | ({choice.int8_recipe} if choice.precision == "int8" else set()))
+    names = []
+    for recipe in recipes:
+        path = int8_path(onnx, recipe)
+        names += [path.name, *([path.with_suffix(".bin").name] if path.suffix == ".xml" else []), path.name + ".recipe"]
+    return names
 
 
 def _finish(card: Card, best: Candidate, candidates: list[Candidate], layouts: list[dict[str, Any]], host: Any,
@@ -179,13 +207,14 @@ def _model_py(card: Card) -> str:
 
 
 def tune_repository(repo: Path, *, only: list[str] | None = None, engine: str | None = None,
-                    precision: str | None = None, force: bool = False) -> list[Choice]:
+                    precision: str | None = None, force: bool = False,
+                    store: ModelStore | None = None) -> list[Choice]:
     choices = []
     every = discover(repo, None)
     for card in discover(repo, only):
         if tunable(card):
             card = with_riders(card, [c for c in every if c.triton_name == card.directory.name and c.id != card.id])
-            choices.append(tune_model(card, engine=engine, precision=precision, force=force))
+            choices.append(tune_model(card, engine=engine, precision=precision, force=force, store=store))
     return choices
 
 

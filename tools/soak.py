@@ -2,6 +2,9 @@
 
     python -m tools.soak serve --minutes 20 [--callers 16] [--out .cache/soak]   # a served stack, every surface
     python -m tools.soak serve --tune all-minilm-l6-v2=torch/bf16 ...   # one model held to an engine/precision
+    python -m tools.soak serve --models all-minilm-l6-v2,pii-rampart,decision-zeroshot,multilingual-e5-small,\
+        qwen-coder-state,decision-multilingual --decider decision-zeroshot,decision-multilingual \
+        --preset-decider decision-multilingual   # the LM under load too (relevance and grounded read it)
     python -m tools.soak serve --minutes 12 --trim-at-end   # then malloc_trim(0) in each process: freed or in use?
     python -m tools.soak shapes --engine openvino --precision bf16 --seconds 60 [--unbounded]   # one engine
     python -m tools.soak ab --engine openvino --precision bf16 --seconds 120    # bucketed vs not, interleaved
@@ -66,6 +69,7 @@ class Targets:
     embedders: tuple[str, ...] = (EMBEDDER,)  # embeddings and rerank
     classifiers: tuple[str, ...] = (TAGGER,)
     deciders: tuple[str, ...] = (DECIDER,)
+    preset_deciders: tuple[str, ...] = ()  # asked their two-part presets (relevance, grounded: the LM reads them)
 
     def of(self, surface: str) -> tuple[str, ...]:
         return {"embeddings": self.embedders, "rerank": self.embedders, "classify": self.classifiers,
@@ -94,6 +98,10 @@ def body(surface: str, rng: random.Random, largest: bool = False,
     if surface == "rerank":
         return "/v1/rerank", {"model": model, "query": some(3, 20),
                               "documents": [some() for _ in range(count(2, 20))]}
+    if model in targets.preset_deciders:  # one pair read by the encoder and the LM; a one-part preset beside it
+        preset, parts = rng.choice((("relevance", ("request", "candidate")), ("grounded", ("context", "answer"))))
+        return "/v1/decisions", {"model": model, "state": {part: some() for part in parts}, "questions": {
+            "pair": {"type": "noul", "preset": preset}, "attack": {"type": "noul", "preset": "jailbreak"}}}
     return "/v1/decisions", {"model": model, "state": some(), "questions": {
         "relevant": {"type": "noul", "instructions": "Does the text ask for a refund?"},
         "kind": {"type": "choice", "instructions": "What is this text about?",
@@ -393,7 +401,8 @@ def run_serve(args: argparse.Namespace) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     env = {"SR_BACKEND_UNBOUNDED": "1"} if args.unbounded else {}
     seconds, warmup = args.minutes * 60, args.warmup_minutes * 60
-    targets = Targets(*(tuple(names.split(",")) for names in (args.embedder, args.classifier, args.decider)))
+    targets = Targets(*(tuple(n for n in names.split(",") if n)
+                        for names in (args.embedder, args.classifier, args.decider, args.preset_decider)))
     repository = forced_repository(args.models, args.tune, out) if args.tune else None
     with Stack(args.models, out / "gateway.log", env, repository) as stack:
         started = time.time()
@@ -560,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--embedder", default=EMBEDDER, help="the models embeddings and rerank call (comma-separated)")
     serve.add_argument("--classifier", default=TAGGER, help="the models classify calls (comma-separated)")
     serve.add_argument("--decider", default=DECIDER, help="the models decisions calls (comma-separated)")
+    serve.add_argument("--preset-decider", default="",
+                       help="those of --decider asked their relevance/grounded presets, whose heads read the LM "
+                            "(e.g. decision-multilingual; it must be in --models with its encoder and reader)")
     serve.add_argument("--tune", action="append", default=[], metavar="MODEL=ENGINE/PRECISION",
                        help="serve MODEL on this engine and precision instead of the tuner's choice (repeatable)")
     serve.add_argument("--trim-at-end", action="store_true",

@@ -22,6 +22,7 @@ from gateway.cards import load_card
 from gateway.decisions.families import lm_reading
 from gateway.decisions.families.presets import encoder_texts, features, load_heads, reader_tolerance, signal_count
 from sr_build import presets as build
+from sr_build.store import ModelStore
 from tools import eval_decisions as ev
 
 from .contract import check
@@ -214,14 +215,19 @@ def _lines(flip: bool = False) -> str:
     return "\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n"
 
 
-def test_the_heads_are_rebuilt_when_their_data_changes_and_cached_otherwise(tmp_path: Path) -> None:
-    repo, data = tmp_path / "repo", tmp_path / "presets"
+def _checkout(repo: Path) -> Path:
+    """A repository holding the presets card, its encoder and its reader (linked: keyed, not run here)."""
     (repo / MODEL).mkdir(parents=True)
-    data.mkdir()
     shutil.copy(ROOT / "model_repository" / MODEL / "card.yaml", repo / MODEL / "card.yaml")
     card = load_card(ROOT / "model_repository" / MODEL / "card.yaml")
-    for name in (card.triton_name, READER):  # the encoder, and the LM the two-part heads read (keyed, not run here)
+    for name in (card.triton_name, READER):
         (repo / name).symlink_to(ROOT / "model_repository" / name)
+    return repo
+
+
+def test_the_heads_are_rebuilt_when_their_data_changes_and_cached_otherwise(tmp_path: Path) -> None:
+    repo, data = _checkout(tmp_path / "repo"), tmp_path / "presets"
+    data.mkdir()
     (data / "jailbreak.jsonl").write_text(_lines(), encoding="utf-8")
     first = build.build_card(repo / MODEL, data)
     assert first is not None and first.action == "built"
@@ -232,6 +238,20 @@ def test_the_heads_are_rebuilt_when_their_data_changes_and_cached_otherwise(tmp_
     assert changed is not None and changed.action == "built" and changed.sha256 != first.sha256
     artefact = json.loads((repo / MODEL / "1" / "preset-heads.json").read_text())
     assert set(artefact["heads"]) == {"jailbreak"} and {g["lang"] for g in artefact["golden"]} == {"en", "zh"}
+
+    # a fresh checkout on this machine takes the same heads from the model store instead of fitting them again
+    store = ModelStore(tmp_path / "store", 1 << 30)
+    assert build.build_card(repo / MODEL, data, store=store).action == "cached"  # type: ignore[union-attr]
+    fresh = _checkout(tmp_path / "fresh")
+    restored = build.build_card(fresh / MODEL, data, store=store, embed=_NoEncoder())
+    assert restored is not None and (restored.action, restored.sha256) == ("stored", changed.sha256)
+
+
+class _NoEncoder:
+    """An encoder that fails the test if the heads are fitted when they should come from the store."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the heads were fitted again ({name})")
 
 
 def test_the_heads_are_keyed_by_the_engine_and_precision_their_reader_is_served_with(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from sr_backend.engines.host import detect
 from sr_backend.engines.ort_engine import quantize_int8
 from sr_backend.ragged import RaggedRunner
 from sr_build import tune, tune_measure, tune_samples, tune_text
+from sr_build.store import ModelStore
 from sr_common.tuned_config import generated_config, is_stale, refresh
 
 from .conftest import LOGS, serving
@@ -183,6 +184,34 @@ def test_tuning_writes_its_choice_into_a_generated_config_and_is_cached_per_host
     monkeypatch.setattr("sr_backend.engines.host.detect", lambda: other)
     moved = tune.tune_model(card, engine="onnxruntime", precision="fp32", log=lambda _: None)
     assert moved.source == "override" and moved.host["key"] == other.key != first.host["key"]
+
+
+def test_a_fresh_checkout_takes_the_tune_and_an_int8_choices_quantised_copy_from_the_model_store(
+        repo_copy: Path, quick: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine loads an int8 choice from its quantised copy and never makes one at load, so the store keeps it
+    with the record; a second checkout on this host measures nothing and serves the same choice."""
+    store = ModelStore(tmp_path / "store", 1 << 30)
+    card_path = repo_copy / MODEL / "card.yaml"
+    card_path.write_text(card_path.read_text().replace("int8: {min_cosine: 0.999", "int8: {min_cosine: 0.9"))
+    first = tune.tune_model(load_card(card_path), engine="onnxruntime", precision="int8",
+                            log=lambda _: None, store=store)
+    assert (first.precision, first.int8_recipe) == ("int8", "dynamic")
+
+    fresh = tmp_path / "fresh"
+    shutil.copytree(repo_copy / MODEL, fresh / MODEL, symlinks=True,
+                    ignore=shutil.ignore_patterns(".cache", "configs", "model.int8*"))
+
+    def measure(*_: object, **__: object) -> None:
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(tune_text, "measure_text", measure)
+    again = tune.tune_model(load_card(fresh / MODEL / "card.yaml"), engine="onnxruntime", precision="int8",
+                            log=lambda _: None, store=store)
+    assert again.source == "cached" and (again.instances, again.threads) == (first.instances, first.threads)
+    assert tune.read_config_choice(fresh / MODEL)["precision"] == "int8"
+    copy = int8_path(fresh / MODEL / "1" / "model.onnx")
+    assert copy.read_bytes() == int8_path(repo_copy / MODEL / "1" / "model.onnx").read_bytes()
+    load_engine("onnxruntime", "int8", fresh / MODEL / "1" / "model.onnx", 1)  # what the served model loads
 
 
 def test_the_tuner_serves_the_fastest_passing_candidate_and_says_why_the_others_lost(

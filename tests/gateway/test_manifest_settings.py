@@ -21,7 +21,8 @@ from k8s.render import TARGETS, render
 ROOT = Path(__file__).resolve().parents[2]
 ENV = re.compile(r"SR_GATEWAY_[A-Z0-9_]+")
 # read by `models build` / `models tune` (gateway/cli.py), not by `serve`
-OTHER_COMMANDS = {"SR_GATEWAY_ENGINE", "SR_GATEWAY_PRECISION"}
+OTHER_COMMANDS = {"SR_GATEWAY_ENGINE", "SR_GATEWAY_PRECISION", "SR_GATEWAY_MODEL_STORE",
+                  "SR_GATEWAY_MODEL_STORE_MAX_GIB"}
 
 
 def _strings(node: Any) -> Iterator[str]:
