@@ -161,9 +161,21 @@ def _store_flags(parser: argparse.ArgumentParser) -> None:
                         help="the machine's store of built models, tune records and preset heads, keyed by each "
                              "step's cache key, that a fresh checkout takes them from (default "
                              "$XDG_CACHE_HOME/sr-gateway/models; 'off': none, e.g. in an image build)")
-    parser.add_argument("--store-max-gib", type=float,
-                        default=float(os.environ.get("SR_GATEWAY_MODEL_STORE_MAX_GIB", DEFAULT_MAX_GIB)),
-                        help="the store's cap; least recently used entries go first")
+    parser.add_argument("--store-max-gib", type=_positive_gib,
+                        default=os.environ.get("SR_GATEWAY_MODEL_STORE_MAX_GIB", str(DEFAULT_MAX_GIB)),
+                        help="the store's cap in GiB (SR_GATEWAY_MODEL_STORE_MAX_GIB); least recently used entries "
+                             "go first")
+
+
+def _positive_gib(value: str) -> float:
+    """A cap argparse checks (a string default, such as the env twin's, is parsed the same way)."""
+    try:
+        gib = float(value)
+    except ValueError:
+        gib = float("nan")
+    if not 0 < gib < float("inf"):  # nan fails too
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of GiB")
+    return gib
 
 
 def build_parser() -> argparse.ArgumentParser:

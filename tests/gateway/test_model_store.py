@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway import cli
 from sr_build import build, recipes
 from sr_build.onnx_export import ExportReport
 from sr_build.store import ModelStore, key_digest
@@ -123,6 +124,24 @@ def test_the_default_store_lives_in_the_per_user_cache(tmp_path: Path, monkeypat
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     store = ModelStore.from_setting(None, 2)
     assert store is not None and store.root == tmp_path / "sr-gateway" / "models" and store.max_bytes == 2 << 30
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "inf", "nan"])
+def test_a_cap_that_is_not_a_positive_number_is_a_usage_error_naming_the_flag_and_serve_is_unaffected(
+        value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SR_GATEWAY_MODEL_STORE_MAX_GIB", value)
+    with pytest.raises(SystemExit) as exited:
+        cli.build_parser().parse_args(["models", "build"])
+    assert exited.value.code == 2 and "--store-max-gib" in capsys.readouterr().err
+    assert cli.build_parser().parse_args(["serve"]).command == "serve"
+
+
+def test_the_env_twins_set_the_store_and_its_cap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SR_GATEWAY_MODEL_STORE", str(tmp_path))
+    monkeypatch.setenv("SR_GATEWAY_MODEL_STORE_MAX_GIB", "0.5")
+    for command in ("build", "tune"):
+        args = cli.build_parser().parse_args(["models", command])
+        assert (args.store, args.store_max_gib) == (str(tmp_path), 0.5)
 
 
 def test_a_fresh_checkout_takes_an_identical_build_from_the_store_without_running_its_recipe(
