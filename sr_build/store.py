@@ -33,18 +33,12 @@ from typing import Any
 
 from sr_common.cache import cache_dir
 
+from .sources import sha256_file
+
 STORE_FORMAT = 1
 DEFAULT_MAX_GIB = 12.0
 OFF = ("", "off", "none")
 _STALE_TMP_S = 6 * 3600  # a temporary entry this old belongs to a publish that died
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def key_digest(step: str, key: dict[str, Any]) -> str:
@@ -82,7 +76,7 @@ class ModelStore:
         try:
             ok = manifest.get("key") == key and manifest.get("format") == STORE_FORMAT and all(
                 (entry / "files" / f["name"]).stat().st_size == f["size"]
-                and _sha256(entry / "files" / f["name"]) == f["sha256"] for f in files)
+                and sha256_file(entry / "files" / f["name"]) == f["sha256"] for f in files)
         except OSError:
             ok = False
         if not ok:
@@ -139,7 +133,7 @@ class ModelStore:
                 copy.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, copy)
                 stat = path.stat()
-                files.append({"name": name, "sha256": _sha256(copy), "size": stat.st_size,
+                files.append({"name": name, "sha256": sha256_file(copy), "size": stat.st_size,
                               "mtime_ns": stat.st_mtime_ns})
             (temporary / "manifest.json").write_text(json.dumps(
                 {"format": STORE_FORMAT, "step": step, "key": key, "files": files}, indent=1))
