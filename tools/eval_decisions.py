@@ -15,11 +15,14 @@
     python -m tools.eval_decisions --all --split heldout15 --sets presets   (held-out v15: relevance and grounded)
     python -m tools.eval_decisions --all --split heldout16 --sets presets   (held-out v16: relevance and grounded)
     python -m tools.eval_decisions --all --split heldout17 --sets presets   (held-out v17: relevance and grounded)
+    python -m tools.eval_decisions --all --split adhoc3 --sets adhoc   (ad-hoc held-out v3: choice, noul, set, score)
     python -m tools.eval_decisions --url URL --model decision-zeroshot [--split heldout]      (one model, items only)
 
 Sets (`tools/decisions_eval/`): `items.jsonl` (English ad-hoc items), `items_zh.jsonl` (bilingual ad-hoc items),
 `spans_zh.jsonl` (Chinese span items), `items_heldout2.jsonl` (ad-hoc held-out v2: new questions and states,
-written after the `heldout` items were seen; `fit_decisions` never reads it) — all in the item format — and
+written after the `heldout` items were seen; scored once, then moved to `fit` with v1's ad-hoc items, 2026-12-07),
+`items_heldout3.jsonl` (ad-hoc held-out v3, split `adhoc3`; `fit_decisions` never reads it) — all in the item
+format — and
 `presets/<preset>.jsonl` (the trained presets' data; the `heldout2` lines are scored — held-out v2, written after
 the v1 `heldout` lines were seen and moved to `train` — and `train` lines give the majority baseline). Without
 `--url`, `--all` starts `sr-gateway serve` for the models it needs (the two decisions models, pii-rampart, which
@@ -65,15 +68,17 @@ import yaml
 HERE = Path(__file__).resolve().parent / "decisions_eval"
 ROOT = HERE.parents[1]
 ITEMS = HERE / "items.jsonl"
-ITEMS_V2 = HERE / "items_heldout2.jsonl"  # ad-hoc held-out v2: only `heldout2` items, never read by the fit
+# ad-hoc held-out v2, written as `heldout2`; scored 2026-12-01, then moved to `fit` (2026-12-07, `moved_from`)
+ITEMS_V2 = HERE / "items_heldout2.jsonl"
+ITEMS_V3 = HERE / "items_heldout3.jsonl"  # ad-hoc held-out v3: only `adhoc3` items, never read by the fit
 SPANS_V4 = HERE / "spans_zh_v4.jsonl"  # Chinese span held-out v4: only `heldout4` items, written after v1's were seen
 SPANS_V5 = HERE / "spans_zh_v5.jsonl"  # Chinese span held-out v5: only `heldout5` items, written after v4 was seen
 SPANS_V6 = HERE / "spans_zh_v6.jsonl"  # Chinese span held-out v6: only `heldout6` items, written after v5 was seen
 SPANS_V7 = HERE / "spans_zh_v7.jsonl"  # Chinese span held-out v7: only `heldout7` items, written after v6 was seen
 SPANS_V8 = HERE / "spans_zh_v8.jsonl"  # Chinese span held-out v8: only `heldout8` items, written after v7 was seen
 SPANS_V9 = HERE / "spans_zh_v9.jsonl"  # Chinese span held-out v9: only `heldout9` items, written after v8 was seen
-ITEM_FILES = (HERE / "items.jsonl", HERE / "items_zh.jsonl", HERE / "spans_zh.jsonl", ITEMS_V2, SPANS_V4, SPANS_V5,
-              SPANS_V6, SPANS_V7, SPANS_V8, SPANS_V9)
+ITEM_FILES = (HERE / "items.jsonl", HERE / "items_zh.jsonl", HERE / "spans_zh.jsonl", ITEMS_V2, ITEMS_V3, SPANS_V4,
+              SPANS_V5, SPANS_V6, SPANS_V7, SPANS_V8, SPANS_V9)
 PRESETS = HERE / "presets"
 RUNS = HERE / "RUNS.md"
 MULTILINGUAL = "decision-multilingual"
@@ -83,13 +88,13 @@ QUESTION_ID = "q"
 TYPES = ("choice", "noul", "score", "set", "span")
 SPLITS = ("fit", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
           "heldout8", "heldout9", "heldout10", "heldout11", "heldout12",
-          "heldout13", "heldout14", "heldout15", "heldout16", "heldout17")  # v2 written
+          "heldout13", "heldout14", "heldout15", "heldout16", "heldout17", "adhoc3")  # v2 written
 #   after `heldout` was seen; v3 (pii, relevance, grounded presets) after v2 was; v4 (Chinese spans, per label) after
 #   v3 was; v5 and v6 (Chinese spans again) each after the one before was scored and became the recognisers' dev
 #   set; v7 (Chinese spans and the relevance preset) after v6 and relevance's v3 were; v8 (Chinese spans) after v7
 SETS = ("all", "adhoc", "presets")  # which sets a `--all` run scores
 REQUIRED = {"id", "split", "state", "question", "expected"}
-OPTIONAL = {"lang", "question_id", "source", "why", "hard"}
+OPTIONAL = {"lang", "question_id", "source", "why", "hard", "moved_from"}  # moved_from: a seen held-out's split
 FIT_SHARE = 0.4
 # (column, model, how a preset line is asked): the families compared side by side
 FAMILIES = (("MiniLM zero-shot", DEFAULT_MODEL, "adhoc"), ("multilingual zero-shot", MULTILINGUAL, "adhoc"),

@@ -5,11 +5,12 @@ record the card's golden answers — both in process with ONNX Runtime, through 
 
 Prints (and writes to --out) the fitted `decisions.parameters` values and the golden block; the card is edited by
 hand from them, so every change to its numbers is a reviewed diff. Span questions are not fitted (the tagger's own
-probabilities are used). Only `fit` items are read (items.jsonl and items_zh.jsonl by default; the split is by
-question, so no held-out question is seen). Parameters are per question type: each type picks its template,
-temperature and bias (noul: also the pair term) by the accuracy of the SERVED rule on its fit items — choice the
-arg-max, noul P(true) ≥ 0.5, score the expected level Σ p_i·i rounded half up, set the exact selection — ties broken
-by the lower negative log-likelihood. The card's encoder (`triton_model`) and its `prefix` (E5: "query: ") are used.
+probabilities are used). Only `fit` items are read (items.jsonl, items_zh.jsonl and items_heldout2.jsonl by
+default; the split is by question, so no held-out question is seen). Parameters are per question type: each type
+picks its template, temperature and bias (noul: also the pair term; set: also whether its labels' cosines are
+centred on their mean, `centred`) by the accuracy of the SERVED rule on its fit items — choice the arg-max, noul
+P(true) ≥ 0.5, score the expected level Σ p_i·i rounded half up, set the exact selection — ties broken by the lower
+negative log-likelihood. The card's encoder (`triton_model`) and its `prefix` (E5: "query: ") are used.
 The abstain option's cosine (`parameters.abstain`, for cards declaring `decisions.abstain`) is fitted last, on the
 choice rule chosen (fit_abstain).
 """
@@ -41,10 +42,13 @@ from tools.reference_examples import routing_request
 
 ROOT = Path(__file__).resolve().parents[1]
 CARD = ROOT / "model_repository" / "decision-zeroshot" / "card.yaml"
-ITEMS = [ROOT / "tools" / "decisions_eval" / "items.jsonl", ROOT / "tools" / "decisions_eval" / "items_zh.jsonl"]
+# every file with fit items: v1's and v2's held-out ad-hoc items were scored, then moved to `fit` (2026-12-07)
+ITEMS = [ROOT / "tools" / "decisions_eval" / name for name in ("items.jsonl", "items_zh.jsonl", "items_heldout2.jsonl")]
 # E5's cosines sit in a compressed range (unrelated texts 0.7-0.8), hence the small temperatures and high biases
 TEMPERATURES = [0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.07, 0.1, 0.15, 0.2]
 BIASES = [round(b, 3) for b in np.linspace(0.0, 0.95, 39)]
+# a centred set label's cosine less the question's mean: E5's spread between labels is a few hundredths
+CENTRED_BIASES = [round(b, 4) for b in np.linspace(-0.05, 0.05, 41)]
 PAIR_WEIGHTS = [0.0, 0.5, 1.0, 2.0, 4.0, 8.0]
 TEMPLATES = {
     "choice": ["{key}: {description}", "{description}", "{instructions} {key}: {description}"],
@@ -152,7 +156,8 @@ def fit(paths: list[Path]) -> dict[str, Any]:
             texts |= {t for _, q, _ in data if q.type == qtype for t in f.option_texts(q)}
     texts |= {t for _, q, _ in data if q.type == "noul" for t in fam.option_texts(q)}
     embed(texts)
-    chosen: dict[str, Any] = {"templates": dict(base.templates), "temperature": {}, "bias": {}, "pair": {}}
+    chosen: dict[str, Any] = {"templates": dict(base.templates), "temperature": {}, "bias": {}, "pair": {},
+                              "centred": []}
     report: dict[str, Any] = {}
 
     features: dict[tuple[str, str], list[tuple[Any, Question, np.ndarray, float | None, Any]]] = {}
@@ -177,9 +182,12 @@ def fit(paths: list[Path]) -> dict[str, Any]:
         templates = TEMPLATES.get(qtype, [base.templates.get(qtype, "")])
         biases = BIASES if qtype in ("noul", "set") else [0.0]
         pairs = list(itertools.product(PAIR_WEIGHTS, BIASES[::3])) if qtype == "noul" else [(0.0, 0.0)]
-        for template, temperature, bias, (weight, pair_bias) in itertools.product(templates, TEMPERATURES, biases,
-                                                                                  pairs):
+        grid = [(False, *row) for row in itertools.product(templates, TEMPERATURES, biases, pairs)]
+        if qtype == "set":
+            grid += [(True, *row) for row in itertools.product(templates, TEMPERATURES, CENTRED_BIASES, pairs)]
+        for centred, template, temperature, bias, (weight, pair_bias) in grid:
             params = base.model_copy(update={
+                "centred": [qtype] if centred else [t for t in base.centred if t != qtype],
                 "templates": {**base.templates, qtype: template} if qtype in TEMPLATES else base.templates,
                 "temperature": {**base.temperature, qtype: temperature},
                 "bias": {**base.bias, qtype: bias},
@@ -196,13 +204,16 @@ def fit(paths: list[Path]) -> dict[str, Any]:
             chosen["bias"][qtype] = params.bias[qtype]
         if qtype == "noul":
             chosen["pair"] = params.pair.model_dump()
+        if qtype in params.centred:
+            chosen["centred"].append(qtype)
         report[qtype] = {"fit_items": sum(1 for x in fitting if x[1].type == qtype), "fit_accuracy": accuracy,
                          "fit_nll": round(loss, 4)}
-    fitted = {**base.model_dump(), **{k: v for k, v in chosen.items() if v}}
-    fam.params = ZeroShotParams.model_validate({k: v for k, v in fitted.items() if k in ZeroShotParams.model_fields})
-    abstain, report["abstain"] = fit_abstain(fam, embed, prefix, fitting)
-    if abstain is not None:
-        fitted["abstain"] = abstain
+    fitted = {**base.model_dump(), **{k: v for k, v in chosen.items() if v or k == "centred"}}
+    fam.params = fam.params_type.model_validate(fitted)
+    if base.abstain is not None:  # only a card that declares an abstain option scores one
+        abstain, report["abstain"] = fit_abstain(fam, embed, prefix, fitting)
+        if abstain is not None:
+            fitted["abstain"] = abstain
     return {"parameters": fitted, "report": report, "golden": golden(fitted, embed)}
 
 

@@ -40,11 +40,16 @@ def test_the_evaluation_set_covers_every_type_in_both_question_forms_and_both_st
         assert any(isinstance(i["state"], str) for i in of_type), kind
 
 
-def test_about_forty_percent_of_each_type_is_in_the_fit_split(items: list[ev.Item]) -> None:
+def test_about_forty_percent_of_each_type_was_split_into_fit_and_only_seen_held_out_items_moved_there(
+        items: list[ev.Item]) -> None:
     for kind in ev.TYPES:
         of_type = [i for i in items if ev.question_type(i) == kind]
-        share = sum(i["split"] == "fit" for i in of_type) / len(of_type)
+        share = sum(i["split"] == "fit" and "moved_from" not in i for i in of_type) / len(of_type)
         assert 0.35 <= share <= 0.45, (kind, share)
+    moved = [i for i in ev.load_all() if "moved_from" in i]
+    assert moved and {(i["split"], i["moved_from"]) for i in moved} == {("fit", "heldout"), ("fit", "heldout2")}
+    assert not [i["id"] for i in ev.load_all() if i["split"] in ("heldout", "heldout2")
+                and ev.question_type(i) in ("choice", "noul", "score", "set")]
 
 
 def test_no_two_items_ask_the_same_question_about_the_same_state(items: list[ev.Item]) -> None:

@@ -23,8 +23,8 @@ Thresholds (from the lead's format note for issue 22):
 - no state in both splits (compared case- and whitespace-insensitively), and for two-part presets no single part
   (request, candidate, context, answer, question) in both splits either;
 - no state or part that is also the state (or a part) of a zero-shot evaluation item in `../items.jsonl`,
-  `../items_zh.jsonl` or `../items_heldout2.jsonl`, since training data, fit items and held-out items must be
-  disjoint;
+  `../items_zh.jsonl`, `../items_heldout2.jsonl` or `../items_heldout3.jsonl`, since training data, fit items and
+  held-out items must be disjoint;
 - ≥ 25 % of a preset's lines carry a non-empty `hard` tag.
 """
 
@@ -180,7 +180,7 @@ def check_line(spec: PresetSpec, row: Any, where: str) -> list[str]:
     return problems
 
 
-ITEM_FILES = ("items.jsonl", "items_zh.jsonl", "items_heldout2.jsonl")
+ITEM_FILES = ("items.jsonl", "items_zh.jsonl", "items_heldout2.jsonl", "items_heldout3.jsonl")
 
 
 def item_texts(folder: Path) -> dict[str, str]:
