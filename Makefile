@@ -36,8 +36,9 @@ lint: venv
 	$(BIN)/ruff check gateway sr_common sr_backend sr_build tools tests/gateway k8s
 	$(BIN)/mypy gateway sr_common sr_backend sr_build tools k8s
 
-# The short soak (tests/gateway/test_soak.py, issue 23) is part of it: a served stack under a varied mixed load for
-# 150 s fails if any process's anonymous RSS at the end is 5 % (8 MiB at least) above the end of warm-up.
+# The short soak (tests/gateway/test_soak.py, issue 23) is part of it, first: a served stack (the text models and the
+# LM) under a varied mixed load for 150 s fails if any process's anonymous RSS at the end is 5 % (8 MiB at least)
+# above the end of warm-up.
 # The 25 slowest tests are listed at the end: CI's time budget is watched per test too.
 test-gateway: models
 	$(BIN)/pytest -q --durations=25 tests/gateway

@@ -48,6 +48,9 @@ ROOT = Path(__file__).resolve().parents[1]
 EMBEDDER, TAGGER, DECIDER = "all-minilm-l6-v2", "pii-rampart", "decision-zeroshot"
 SURFACES = ("embeddings", "classify", "rerank", "decisions")
 MODELS = f"{EMBEDDER},{TAGGER},{DECIDER}"
+# decision-multilingual with what it reads through: its encoder, and the LM its relevance and grounded heads read
+PRESET_DECIDER = "decision-multilingual"
+WITH_LM = f"{MODELS},multilingual-e5-small,qwen-coder-state,{PRESET_DECIDER}"
 _PROSE = ("the order was charged twice and my parcel never arrived please refund the second payment to my card "
           "write a python function that merges two sorted lists explain its running time and the memory it needs "
           "our offices close on public holidays refunds are accepted within thirty days of purchase contact "
@@ -77,6 +80,8 @@ class Targets:
 
 
 DEFAULT_TARGETS = Targets()
+# WITH_LM under load: both deciders asked ad-hoc questions, and the multilingual one its two-part presets too
+LM_TARGETS = Targets(deciders=(DECIDER, PRESET_DECIDER), preset_deciders=(PRESET_DECIDER,))
 
 
 def body(surface: str, rng: random.Random, largest: bool = False,
