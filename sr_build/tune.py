@@ -18,6 +18,7 @@ provides, with the timing and choosing rules of tune_measure.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -35,7 +36,7 @@ from . import tune_image, tune_text
 from .sources import sha256_file
 from .store import ModelStore
 from .tune_measure import Candidate, TuneError, choose_layout, label, load_engines
-from .tune_samples import CALIBRATION_TEXTS, verification_pictures
+from .tune_samples import calibration_texts, verification_pictures
 
 __all__ = ["Choice", "TuneError", "read_config_choice", "tunable", "tune_model", "tune_repository", "with_riders"]
 
@@ -71,7 +72,7 @@ def _versions() -> dict[str, str]:
 def _key(card: Card, onnx: Path, host: Any, engine: str | None, precision: str | None) -> dict[str, Any]:
     from sr_backend.engines.ort_engine import RECIPES
 
-    calibration = sha256_file(CALIBRATION_TEXTS) if CALIBRATION_TEXTS.is_file() else "card texts"
+    calibration = hashlib.sha256(json.dumps(calibration_texts(card), ensure_ascii=False).encode()).hexdigest()
     return {"format": TUNE_FORMAT, "host": host.key, "int8": RECIPES, "calibration": calibration,
             "onnx_sha256": sha256_file(onnx),
             "pt2_sha256": sha256_file(program) if (program := program_path(onnx)).is_file() else None,

@@ -44,29 +44,35 @@ CALIBRATION_ROWS = 32
 CALIBRATION_TEXTS = Path(__file__).resolve().parents[1] / "tools" / "decisions_eval" / "items.jsonl"
 
 
-def calibration_feeds(card: Card, onnx: Path) -> list[dict[str, np.ndarray]]:
-    """Static int8's calibration: real request texts, one row per feed at its own length (not the verification
-    texts, so the check is not run on what was calibrated): the states of the decisions evaluation set where the
-    repository has it, else the card's golden texts and the tuner's own."""
-    import onnxruntime as ort
-    from tokenizers import Tokenizer
-
+def calibration_texts(card: Card) -> list[str]:
+    """The (at most CALIBRATION_ROWS) texts static int8 is calibrated on: real request texts, not the verification
+    texts (so the check is not run on what was calibrated) — the states of the decisions evaluation set where the
+    repository has it, spread evenly over the file, else the card's golden texts and the tuner's own. The tune's
+    cache key is these texts, not the file: editing an item's split or answer re-tunes nothing."""
     texts: list[str] = []
     if CALIBRATION_TEXTS.is_file():
-        for line in CALIBRATION_TEXTS.read_text().splitlines():
+        for line in CALIBRATION_TEXTS.read_text(encoding="utf-8").splitlines():
             state = json.loads(line).get("state") if line.strip() else None
             if isinstance(state, str) and state not in texts:
                 texts.append(state)
     if not texts:
         texts = [str(t) for t in ((card.golden.request.get("input") if card.golden else None) or [])
                  if isinstance(t, str)] + TEXTS
+    return texts[:: max(1, len(texts) // CALIBRATION_ROWS)][:CALIBRATION_ROWS]
+
+
+def calibration_feeds(card: Card, onnx: Path) -> list[dict[str, np.ndarray]]:
+    """Static int8's calibration feeds: one row per calibration text at its own length (no padding calibrated)."""
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
     tokenizer = Tokenizer.from_file(str(card.tokenizer_path))
     tokenizer.no_padding()
     tokenizer.no_truncation()
     names = {i.name for i in ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"]).get_inputs()}
     limit = min(card.limits.max_input_tokens, 256)
     feeds = []
-    for text in texts[:: max(1, len(texts) // CALIBRATION_ROWS)][:CALIBRATION_ROWS]:
+    for text in calibration_texts(card):
         ids = np.array([tokenizer.encode(text).ids[:limit]], dtype=np.int64)
         feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
         if "token_type_ids" in names:

@@ -383,6 +383,27 @@ def test_static_int8_calibrates_on_real_request_texts_not_on_the_verification_te
     assert len({f["input_ids"].shape[1] for f in feeds}) > 1  # each row at its own length, no padding calibrated
 
 
+def test_the_tune_is_keyed_by_the_calibration_texts_so_editing_an_items_split_re_tunes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    card = _card()
+    onnx = card.version_dir / "model.onnx"
+    lines = [json.loads(line) for line in tune_samples.CALIBRATION_TEXTS.read_text(encoding="utf-8").splitlines()]
+    copy = tmp_path / "items.jsonl"
+
+    def key_with(items: list[dict[str, object]]) -> object:
+        copy.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in items), encoding="utf-8")
+        monkeypatch.setattr(tune_samples, "CALIBRATION_TEXTS", copy)
+        return tune._key(card, onnx, detect(), None, None)["calibration"]
+
+    before = key_with(lines)
+    assert key_with([{**i, "split": "fit", "moved_from": i["split"]} for i in lines]) == before
+    calibrated = tune_samples.calibration_texts(card)[0]
+    assert key_with([{**i, "state": i["state"] + " (edited)"} if i["state"] == calibrated else i
+                     for i in lines]) != before
+
+
 def test_a_model_other_cards_ride_on_is_offered_only_the_precisions_every_rider_allows() -> None:
     """The zero-shot families run on MiniLM's Triton graph: its precision is theirs, so a precision one of them
     does not allow (int8) is never a candidate, and each rider's golden has its own tolerance at the others."""
