@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.utils import parse_quantity
 
 from controlplane import app as controlplane_app
 from controlplane.config import Settings
@@ -365,6 +366,18 @@ def test_the_cluster_serving_runtime_is_hardened_and_claims_only_the_protocol_it
     assert pre_stop + drain + 5 <= 30
     for probe in ("readinessProbe", "livenessProbe"):
         assert c[probe]["timeoutSeconds"] >= 1
+
+
+def test_the_cluster_serving_runtime_asks_for_what_the_gateway_pods_triton_and_gateway_ask_for_together() -> None:
+    """Its one container runs both (`sr-gateway serve` with Triton as a child), serving the same models: the soak's
+    numbers in k8s/base/gateway.yaml apply to it summed, and an edit to one file must not leave the other behind."""
+    docs = render("base")
+    (runtime,) = (d["spec"]["containers"][0]["resources"] for d in docs if d["kind"] == "ClusterServingRuntime")
+    pod = [c["resources"] for c in pod_spec(docs, "sr-gateway")["containers"]]
+    assert len(pod) == 2  # triton and gateway
+    for part, resource in (("requests", "cpu"), ("requests", "memory"), ("limits", "memory")):
+        assert parse_quantity(runtime[part][resource]) == sum(parse_quantity(c[part][resource]) for c in pod), \
+            (part, resource)
 
 
 @pytest.mark.parametrize("target", ["base", "cpu", "gpu"])
