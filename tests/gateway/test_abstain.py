@@ -5,14 +5,12 @@ contract and against the same rule computed in process with ONNX Runtime."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-import yaml
 
 from gateway.cards import CardError, load_card
 from gateway.decisions.answers import Outcome, assemble
@@ -24,11 +22,10 @@ from gateway.runtime import ServedModel
 from tools.fit_decisions import Embedder
 from tools.reference_examples import routing_request
 
-from .conftest import ROOT
+from .cards import REPO, edited_card, family_of
 from .contract import check
 from .precision import golden_tolerance
 
-REPO = ROOT / "model_repository"
 ZEROSHOT, PRESETS = "decision-zeroshot", "decision-multilingual"
 CHOICE = {"type": "choice", "instructions": "Which domain does this request belong to?",
           "choices": [{"key": "code", "description": "Programming"}, {"key": "math", "description": "Mathematics"}]}
@@ -36,23 +33,6 @@ AWAY = {"type": "choice", "instructions": "Which domain does this request belong
         "choices": [{"key": "cooking", "description": "Cooking and recipes"},
                     {"key": "garden", "description": "Gardening and plants"}]}
 STATE = "Write a Python function that merges two sorted lists and explain its running time."
-
-
-def _card(tmp_path: Path, name: str, edit: Any) -> Path:
-    """A copy of a shipped card (with its built preset heads) whose YAML `edit` changes."""
-    raw = yaml.safe_load((REPO / name / "card.yaml").read_text())
-    edit(raw)
-    folder = tmp_path / name
-    (folder / "1").mkdir(parents=True)
-    heads = REPO / name / "1" / "preset-heads.json"
-    if heads.is_file():
-        shutil.copy(heads, folder / "1" / heads.name)
-    (folder / "card.yaml").write_text(yaml.safe_dump(raw))
-    return folder / "card.yaml"
-
-
-def _family(path: Path) -> Any:
-    return family_for(ServedModel(load_card(path)))
 
 
 def _question(model: ServedModel, raw: dict[str, Any]) -> Question:
@@ -69,7 +49,7 @@ def test_a_card_declaring_abstain_for_a_type_it_does_not_answer_fails_to_load(tm
         raw["decisions"]["abstain"] = {"types": ["choice", "noul"]}
 
     with pytest.raises(CardError, match=r"decisions.abstain lists \['noul'\]"):
-        load_card(_card(tmp_path, ZEROSHOT, edit))
+        load_card(edited_card(tmp_path, ZEROSHOT, edit))
 
 
 def test_an_abstain_declaration_naming_no_type_or_a_type_without_options_is_refused(tmp_path: Path) -> None:
@@ -78,7 +58,7 @@ def test_an_abstain_declaration_naming_no_type_or_a_type_without_options_is_refu
             raw["decisions"]["abstain"] = {"types": types}
 
         with pytest.raises(CardError, match="abstain"):
-            load_card(_card(tmp_path / str(len(types)), ZEROSHOT, edit))
+            load_card(edited_card(tmp_path / str(len(types)), ZEROSHOT, edit))
 
 
 def test_a_declared_abstain_option_the_family_does_not_score_fails_the_model_at_load(tmp_path: Path) -> None:
@@ -86,7 +66,7 @@ def test_a_declared_abstain_option_the_family_does_not_score_fails_the_model_at_
         del raw["decisions"]["parameters"]["abstain"]
 
     with pytest.raises(FamilyError, match=r"lists \['choice'\]; family zeroshot scores an abstain option for no"):
-        _family(_card(tmp_path, ZEROSHOT, edit))
+        family_of(edited_card(tmp_path, ZEROSHOT, edit))
 
 
 def test_an_abstain_level_the_card_does_not_declare_fails_the_model_at_load(tmp_path: Path) -> None:
@@ -94,7 +74,7 @@ def test_an_abstain_level_the_card_does_not_declare_fails_the_model_at_load(tmp_
         del raw["decisions"]["abstain"]
 
     with pytest.raises(FamilyError, match="declares none"):
-        _family(_card(tmp_path, ZEROSHOT, edit))
+        family_of(edited_card(tmp_path, ZEROSHOT, edit))
 
 
 def test_the_zero_shot_family_has_no_abstain_option_for_noul(tmp_path: Path) -> None:
@@ -102,7 +82,7 @@ def test_the_zero_shot_family_has_no_abstain_option_for_noul(tmp_path: Path) -> 
         raw["decisions"]["abstain"]["types"] = ["choice", "noul"]
 
     with pytest.raises(FamilyError, match=r"lists \['noul'\]"):
-        _family(_card(tmp_path, ZEROSHOT, edit))
+        family_of(edited_card(tmp_path, ZEROSHOT, edit))
 
 
 def test_a_presets_card_cannot_promise_abstain_for_a_type_its_trained_heads_answer(tmp_path: Path) -> None:
@@ -114,7 +94,7 @@ def test_a_presets_card_cannot_promise_abstain_for_a_type_its_trained_heads_answ
         raw["decisions"]["parameters"]["abstain"] = {"cosine": 0.9}
 
     with pytest.raises(FamilyError, match=r"trained preset heads \['domain', 'language'\] have no abstain option"):
-        _family(_card(tmp_path, PRESETS, edit))
+        family_of(edited_card(tmp_path, PRESETS, edit))
 
 
 # -- the rule and the answer -------------------------------------------------------------------------------------

@@ -5,23 +5,18 @@ cosines, checked on the shipped cards' own parameters."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
-from gateway.cards import load_card
-from gateway.decisions.families import FamilyError, family_for
+from gateway.decisions.families import FamilyError
 from gateway.decisions.questions import Question, validate
 from gateway.heads import sigmoid
-from gateway.runtime import ServedModel
 
-from .conftest import ROOT
+from .cards import edited_card, family_of
 
-REPO = ROOT / "model_repository"
 SET = {"type": "set", "instructions": "Which problems does the customer report?",
        "labels": [{"key": "billing", "description": "A payment or charge problem"},
                   {"key": "shipping", "description": "A delivery problem"},
@@ -29,12 +24,8 @@ SET = {"type": "set", "instructions": "Which problems does the customer report?"
 
 
 def _family(tmp_path: Path, edit: Any) -> Any:
-    raw = yaml.safe_load((REPO / "decision-zeroshot" / "card.yaml").read_text())
-    edit(raw["decisions"]["parameters"])
-    folder = tmp_path / "decision-zeroshot"
-    shutil.copytree(REPO / "decision-zeroshot", folder, ignore=shutil.ignore_patterns("1", "configs"))
-    (folder / "card.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True))
-    return family_for(ServedModel(load_card(folder / "card.yaml")))
+    """decision-zeroshot with its `decisions.parameters` edited."""
+    return family_of(edited_card(tmp_path, "decision-zeroshot", lambda raw: edit(raw["decisions"]["parameters"])))
 
 
 def _set(family: Any) -> Question:
