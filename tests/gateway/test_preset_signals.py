@@ -21,6 +21,7 @@ from gateway.decisions.families.preset_signals import (
 from gateway.decisions.families.presets import Head, encoder_texts, features, signal_count
 from sr_build import presets as build
 from tools.pair_features_cv import (
+    SURPRISE_COLUMNS,
     answer_type_signals,
     answer_types,
     claim_word_signals,
@@ -28,6 +29,7 @@ from tools.pair_features_cv import (
     maxsim_signals,
     number_signals,
     number_values,
+    surprise_signals,
 )
 
 CONTEXT = "The museum opens at 9:30 on Tuesdays; entry is 1,200 yen, and the guide is Clara Voss (model KT-200)."
@@ -191,7 +193,8 @@ def test_the_lm_state_joins_the_head_block_and_its_log_odds_the_signals_so_m_is_
         return [vectors.setdefault(t, rng.normal(size=8)) for t in texts]
 
     def judge(preset: str, first: str, second: str) -> np.ndarray:
-        return np.concatenate([[7.0], np.full(5, 3.0)])  # log-odds 7, a 5-wide state
+        # log-odds 7, a 5-wide state, set N's surprise columns
+        return np.concatenate([[7.0], np.full(5, 3.0), np.full(SURPRISE_COLUMNS, -1.0)])
 
     texts = [["How long is the refund?", "Refunds take 5 days."], ["退款要多久？", "五个工作日。"]]
     served = "B" if kind == "grounded" else "G"
@@ -203,6 +206,14 @@ def test_the_lm_state_joins_the_head_block_and_its_log_odds_the_signals_so_m_is_
     assert np.array_equal(with_odds[:, :head], base[:, :head]) and (with_odds[:, head:head + 5] == 3.0).all()
     assert np.array_equal(with_odds[:, head + 5:-1], base[:, head:]) and (with_odds[:, -1] == 7.0).all()
     assert np.array_equal(without, with_odds[:, :-1])
+    if kind == "grounded":  # N is M with the surprise columns as signals after the served ones
+        surprised, n_signals = feature_rows(kind, texts, embed, "N", lm=judge)
+        assert n_signals == m_signals + SURPRISE_COLUMNS
+        assert np.array_equal(surprised[:, :-SURPRISE_COLUMNS], without)
+        assert (surprised[:, -SURPRISE_COLUMNS:] == -1.0).all()
+    else:
+        with pytest.raises(SystemExit, match="grounded only"):
+            feature_rows(kind, texts, embed, "N", lm=judge)
 
 
 @pytest.mark.parametrize("kind", ["relevance", "grounded"])
@@ -216,7 +227,7 @@ def test_the_served_features_with_the_lm_state_are_set_m_as_cross_validated(kind
         return [vectors.setdefault(t, rng.normal(size=8)) for t in texts]
 
     def judge(preset: str, first: str, second: str) -> np.ndarray:
-        return np.concatenate([[7.0], state])
+        return np.concatenate([[7.0], state, np.zeros(SURPRISE_COLUMNS)])
 
     texts = ["退款要多久？", "Refunds take 5 business days."]
     m_rows, _ = feature_rows(kind, [texts], embed, "M", lm=judge)
@@ -225,6 +236,14 @@ def test_the_served_features_with_the_lm_state_are_set_m_as_cross_validated(kind
     end = len(served) - signal_count(kind)
     without = features(kind, texts, embed(encoder_texts(kind, texts)))
     assert np.array_equal(without, np.delete(served, np.s_[end - 6:end]))
+
+
+def test_the_surprise_columns_compare_each_answer_tokens_log_probability_with_and_without_its_context() -> None:
+    after, alone = np.array([-1.0, -3.0]), np.array([-2.0, -0.5])  # the second token: the context made it unlikely
+    got = surprise_signals(after, alone)
+    assert len(got) == SURPRISE_COLUMNS
+    assert np.allclose(got, [-2.0, -2.8, -3.0, -0.75, -2.15, -2.5, 0.5])  # pmi [1, -2.5]: one of two below -2
+    assert surprise_signals(np.array([]), np.array([])) == [0.0] * SURPRISE_COLUMNS
 
 
 def test_a_part_longer_than_the_lm_reads_is_cut_at_a_token_end_and_a_shorter_one_is_kept_whole() -> None:
