@@ -406,8 +406,9 @@ class LMJudge:
         key = hashlib.sha256(prompt.encode()).hexdigest()
         if key not in self.cache:
             def span(context: str) -> tuple[int, int]:
-                start = len(lm_reading.frame("")) - len("<|im_end|>\n<|im_start|>assistant\n")
-                start += len(LM_PROMPTS[kind].split("{1}")[0].format(context))
+                """Where the answer sits in the framed prompt: right after the user text that precedes it."""
+                before = LM_PROMPTS[kind].split("{1}")[0].format(context)
+                start = lm_reading.frame(before).index(before) + len(before)
                 return start, start + len(second)
 
             out, ids, conditional = self.forward(prompt, span(first))
