@@ -21,8 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from scipy.optimize import minimize
 
 from .store import ModelStore
 
-REVISION = 12  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
+REVISION = 13  # 3: signals in preset_signals (grounded numbers by value, weekdays, codes; language counts),
 #    signal weights, penalties up to 10, CV accuracy per language in the report; 4: pii signals from the PII
 #    libraries (pii_zh's validated entities and LAC names/addresses, phonenumbers US/GB/CN, IBAN); 5: pii_zh's
 #    resident identity numbers by check digit, birth date and a known area code (not stdnum's county-in-birth-year);
@@ -44,13 +45,18 @@ REVISION = 12  # 3: signals in preset_signals (grounded numbers by value, weekda
 #    prefixes (presets.ENCODER_PREFIXES, chosen by tools/pair_features_cv); 10: the relevance head reads the gap
 #    between its parts' scripts and the cosine of its E5-prefixed parts (presets.ALSO_PREFIXED, set G); 11: relevance
 #    and grounded read the card's LM state of each pair too (`presets.reader`, families/lm_reading.py; set M); 12: the
-#    LM is read on the engine and precision Triton serves it with (bf16 where the tuner chose it), keyed by them
+#    LM is read on the engine and precision Triton serves it with (bf16 where the tuner chose it), keyed by them;
+#    13: grounded is fitted and cross-validated on its contexts' extracts too (`extracts`)
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tools" / "decisions_eval" / "presets"
 FOLDS = 5
 PENALTIES = (1e-4, 1e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0, 3.0, 10.0)  # α in mean cross-entropy + α·‖W‖²
 SIGNAL_WEIGHTS = (1.0, 3.0, 10.0)  # k for the trailing signal columns (only where a kind has them)
 GOLDEN_LANGS = ("en", "zh")
+# a sentence ends at CJK or Latin end punctuation (a Latin full stop only before a space: not 3.5 or v1.2)
+SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|(?<=[.])\s+|\n+")
+EXTRACT_MIN_CHARS = 12
+DIGITS = re.compile(r"\d+")
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,38 @@ class PresetsResult:
 
 def load_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def extracts(context: str) -> list[tuple[str, bool]]:
+    """Grounded lines made by rule from one context, as (answer, supported): its first sentence of at least
+    EXTRACT_MIN_CHARS characters copied verbatim (supported), and where that sentence has an Arabic-digit number,
+    the same sentence with its first number plus one (unsupported).
+
+    Why: the written train lines made faithful answers by paraphrase and unfaithful ones by copying the context and
+    changing one fact, so a head fitted on them alone called nine in ten sentences quoted from their own context
+    unsupported (tools/extract_probe.py; tools/decisions_eval/RUNS.md, 2026-12-07 22:28 UTC). The altered copy keeps
+    "a near-copy with one fact changed is unsupported" in the data beside "a verbatim copy is supported"."""
+    sentence = next((s.strip() for s in SENTENCE_END.split(context) if s and len(s.strip()) >= EXTRACT_MIN_CHARS),
+                    None)
+    if sentence is None:
+        return []
+    out = [(sentence, True)]
+    number = DIGITS.search(sentence)
+    if number is not None:
+        out.append((sentence[:number.start()] + str(int(number.group()) + 1) + sentence[number.end():], False))
+    return out
+
+
+def extract_lines(preset: str, lines: list[dict[str, Any]], parts: list[str]) -> list[dict[str, Any]]:
+    """The `extracts` of every context among a two-part preset's lines, as train lines in the language of the
+    context's first line (`made: extract`)."""
+    first, second = parts
+    languages: dict[str, Any] = {}
+    for line in lines:
+        languages.setdefault(str(line["state"][first]), line.get("lang"))
+    return [{"preset": preset, "split": "train", "lang": lang, "made": "extract",
+             "state": {first: context, second: answer}, "expected": supported}
+            for context, lang in languages.items() for answer, supported in extracts(context)]
 
 
 def texts_of(line: dict[str, Any], parts: list[str]) -> list[str]:
@@ -146,6 +184,7 @@ class Choice:
     accuracy: float
     by_setting: dict[str, float]
     by_lang: dict[str, float]
+    hits: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False, compare=False)
 
 
 def cross_validate(x: np.ndarray, y: np.ndarray, classes: int, qtype: str, groups: list[str],
@@ -186,7 +225,7 @@ def cross_validate(x: np.ndarray, y: np.ndarray, classes: int, qtype: str, group
     chosen = hits[best]
     tags = langs or []
     by_lang = {lang: round(float(chosen[[g == lang for g in tags]].mean()), 4) for lang in sorted(set(tags))}
-    return Choice(alpha, weight, round(accuracy, 4), scores, by_lang)
+    return Choice(alpha, weight, round(accuracy, 4), scores, by_lang, chosen)
 
 
 # --------------------------------------------------------------------------------------------- the encoder
@@ -310,6 +349,9 @@ def fit_heads(card: Any, data: Path, embed: Any, reader: InProcessEncoder | None
         parts = list(over) if isinstance(over, list) else []
         kind = kind_of(name, parts or ["text"])
         lines = [line for line in load_lines(path) if line["split"] == "train" and line["preset"] == name]
+        written = len(lines)
+        if kind == "grounded":
+            lines += extract_lines(name, lines, parts)  # after the written ones: goldens stay on those
         texts = [texts_of(line, parts) for line in lines]
         if kind != "language":
             embed([t for row in texts for t in encoder_texts(kind, row)])
@@ -336,6 +378,13 @@ def fit_heads(card: Any, data: Path, embed: Any, reader: InProcessEncoder | None
         report[name] = {"train_lines": len(lines), "features": int(rows.shape[1]), "signals": signals,
                         "penalty": choice.alpha, "signal_weight": choice.weight, "cv_accuracy": choice.accuracy,
                         "cv_by_lang": choice.by_lang, "cv_by_setting": choice.by_setting}
+        if len(lines) > written:  # made lines: the written lines' accuracy and each made kind's, apart
+            supported = np.asarray([bool(line["expected"]) for line in lines[written:]])
+            made = choice.hits[written:]
+            report[name].update({"train_lines": written, "extract_lines": len(lines) - written,
+                                 "cv_written": round(float(choice.hits[:written].mean()), 4),
+                                 "cv_extracts": {"verbatim": round(float(made[supported].mean()), 4),
+                                                 "altered": round(float(made[~supported].mean()), 4)}})
         for lang in GOLDEN_LANGS:  # the first train line of each language: the served encoder must reproduce it
             first = next((t for t, line in zip(texts, lines, strict=True) if line.get("lang") == lang), None)
             if first is not None:

@@ -15,6 +15,7 @@
     python -m tools.eval_decisions --all --split heldout15 --sets presets   (held-out v15: relevance and grounded)
     python -m tools.eval_decisions --all --split heldout16 --sets presets   (held-out v16: relevance and grounded)
     python -m tools.eval_decisions --all --split heldout17 --sets presets   (held-out v17: relevance and grounded)
+    python -m tools.eval_decisions --all --split heldout18 --sets presets   (held-out v18: grounded; relevance sealed)
     python -m tools.eval_decisions --all --split adhoc3 --sets adhoc   (ad-hoc held-out v3: choice, noul, set, score)
     python -m tools.eval_decisions --url URL --model decision-zeroshot [--split heldout]      (one model, items only)
 
@@ -88,7 +89,7 @@ QUESTION_ID = "q"
 TYPES = ("choice", "noul", "score", "set", "span")
 SPLITS = ("fit", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7",
           "heldout8", "heldout9", "heldout10", "heldout11", "heldout12",
-          "heldout13", "heldout14", "heldout15", "heldout16", "heldout17", "adhoc3")  # v2 written
+          "heldout13", "heldout14", "heldout15", "heldout16", "heldout17", "heldout18", "adhoc3")  # v2 written
 #   after `heldout` was seen; v3 (pii, relevance, grounded presets) after v2 was; v4 (Chinese spans, per label) after
 #   v3 was; v5 and v6 (Chinese spans again) each after the one before was scored and became the recognisers' dev
 #   set; v7 (Chinese spans and the relevance preset) after v6 and relevance's v3 were; v8 (Chinese spans) after v7

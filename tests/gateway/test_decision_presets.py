@@ -128,7 +128,7 @@ def test_the_grounded_head_reads_its_parts_with_the_e5_prefixes_it_was_fitted_on
     by cross-validation); the served answer must be the head over those same embeddings, here fetched from the same
     served encoder through /v1/embeddings (whose input_type puts the card's prefix)."""
     context = "The museum opens at 9:00 and closes at 17:00 every day except Monday."
-    answer = "It closes at 21:00 and is open on Mondays."
+    answer = "You can visit the museum from 9:00 until 17:00, Tuesday to Sunday."  # a pair the head is unsure of
     heads, _ = load_heads(ROOT / "model_repository" / MODEL / "1" / "preset-heads.json")
     encoder = load_card(ROOT / "model_repository" / MODEL / "card.yaml").triton_name
     assert encoder_texts("grounded", [context, answer]) == ["query: " + context, "passage: " + answer]

@@ -306,3 +306,31 @@ def test_cross_validation_prefers_a_heavier_signal_when_only_the_signal_carries_
     choice = build.cross_validate(x, y, 2, "noul", [str(i) for i in range(80)], signals=1, langs=["en"] * 80)
     assert choice.weight > 1.0
     assert choice.by_lang["en"] == choice.accuracy
+    assert choice.hits.shape == (80,) and choice.hits.mean() == pytest.approx(choice.accuracy, abs=5e-5)
+
+
+@pytest.mark.parametrize(("context", "verbatim", "altered"), [
+    ("Hi. You can return any item within 30 days of delivery. Items must be unused.",
+     "You can return any item within 30 days of delivery.", "You can return any item within 31 days of delivery."),
+    ("营业时间为每天9点到21点。周一闭馆。", "营业时间为每天9点到21点。", "营业时间为每天10点到21点。"),
+    ("The museum is closed on public holidays and during the winter break.",
+     "The museum is closed on public holidays and during the winter break.", None),
+])
+def test_an_extract_is_the_contexts_first_full_sentence_verbatim_and_its_copy_with_the_first_number_changed(
+        context: str, verbatim: str, altered: str | None) -> None:
+    want = [(verbatim, True)] + ([(altered, False)] if altered is not None else [])
+    assert build.extracts(context) == want
+    assert build.extracts("Too short.") == []
+
+
+def test_extract_lines_are_one_set_per_context_in_its_first_lines_language_and_marked_as_made() -> None:
+    parts = ["context", "answer"]
+    context = "Checkout is at 11:00 and late checkout costs 20 euros."
+    written = [{"preset": "grounded", "lang": lang, "split": "train", "expected": ok,
+                "state": {"context": context, "answer": answer}}
+               for lang, ok, answer in (("en", True, "Leave by eleven."), ("mixed", False, "退房时间是12点。"))]
+    made = build.extract_lines("grounded", written, parts)
+    assert [(m["state"]["answer"], m["expected"], m["lang"], m["made"]) for m in made] == [
+        (context, True, "en", "extract"),
+        ("Checkout is at 12:00 and late checkout costs 20 euros.", False, "en", "extract")]
+    assert all(build.texts_of(m, parts)[0] == context and m["split"] == "train" for m in made)
