@@ -79,13 +79,11 @@ import numpy as np
 from gateway.decisions.families import lm_reading
 from gateway.decisions.families.preset_signals import _CN_NUMERAL as CN_NUMERAL
 from gateway.decisions.families.preset_signals import _CN_UNIT_AFTER, chinese_numeral, script_gap
-from sr_build.presets import DATA, ROOT, InProcessEncoder, cross_validate, load_lines, texts_of
+from sr_build.presets import DATA, ROOT, SENTENCE_END, InProcessEncoder, cross_validate, load_lines, texts_of
 
 PRESETS = ("relevance", "grounded")
 PREFIXES = ("query: ", "passage: ")
 SETS = ("A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "M", "N")
-# a sentence or clause ends at CJK or Latin end punctuation (a Latin full stop only before a space: not 3.5 or v1.2)
-SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|(?<=[.])\s+|\n+")
 Embed = Callable[[list[str]], list[np.ndarray]]
 # (preset, first part, second part) -> [log-odds, *state, *surprise]: LMJudge
 Judge = Callable[[str, str, str], np.ndarray]
